@@ -1,0 +1,1 @@
+"""Kernel half: TE compute and hand-written schedules of the fused NHWC kernel."""

@@ -1,0 +1,1 @@
+"""Memory planning of a Relay module's intermediate tensors."""

@@ -1,0 +1,1 @@
+"""Relay passes of the graph half, one per module."""
