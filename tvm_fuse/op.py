@@ -116,9 +116,8 @@ def fused_conv2d(data, weight, bias=None, residual=None, **attrs) -> relay.Call:
     return relay.Call(relay.op.get(OP_NAME), args, attrs)
 
 
-def attrs_of(call) -> dict:
-    """The fused call's attributes as plain Python values."""
-    attrs = call.attrs
+def read_attrs(attrs) -> dict:
+    """The fused op's attributes as plain Python values."""
     return {
         "strides": tuple(int(v) for v in attrs["strides"]),
         "padding": tuple(int(v) for v in attrs["padding"]),
@@ -134,9 +133,7 @@ def attrs_of(call) -> dict:
 
 def is_fused_call(expr) -> bool:
     return (
-        isinstance(expr, relay.Call)
-        and isinstance(expr.op, tvm.ir.Op)
-        and expr.op.name == OP_NAME
+        isinstance(expr, relay.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == OP_NAME
     )
 
 
@@ -146,7 +143,7 @@ def _tensor_spec(ty, layout) -> TensorSpec:
 
 def spec_from_call(call) -> KernelSpec:
     """The task description of a type-checked fused call."""
-    attrs = attrs_of(call)
+    attrs = read_attrs(call.attrs)
     types = [arg.checked_type for arg in call.args]
     extra = iter(types[2:])
     bias = _tensor_spec(next(extra), "C") if attrs["has_bias"] else None
