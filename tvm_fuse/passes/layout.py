@@ -1,0 +1,105 @@
+"""ConvertLayoutNHWC: the whole graph in NHWC, the weights re-laid at compile time.
+
+Where it sits: second pass of ``tvm_fuse.pipeline()``, after ``FoldBatchNorm`` (BN is already a
+bias then) and before ``FuseConvBiasAct`` (which matches NHWC/HWIO convs). It runs TVM's own
+passes, called directly so that a caller's ``opt_level`` below 3 cannot skip them silently:
+
+1. ``CanonicalizeOps``: ``nn.bias_add`` becomes ``expand_dims`` + ``add``. ``bias_add`` has no
+   layout inference of its own and would otherwise send the conv output back to NCHW; after step 3
+   the bias is ``add(%conv, <constant [1, 1, 1, Co]>)``.
+2. ``ConvertLayout``: every ``nn.conv2d`` to ``data_layout="NHWC"`` with TVM's default kernel layout
+   for it: ``HWIO`` (groups 1 and grouped convs), ``HWOI`` (depthwise: groups == Ci == Co). The stock
+   x86 strategy builds all three correctly (``conv2d_nhwc``, ``group_conv2d_nhwc.generic``,
+   ``depthwise_conv2d_nhwc.generic``), so no conv is kept NCHW. The 2-D pools with a layout
+   converter (max, avg, global max, global avg) are listed too, so a pool before the first conv is
+   NHWC as well; the other ops (activations, add, multiply, concatenate, pad, batch_norm, adaptive
+   pools, ...) follow their input's layout by TVM's layout inference.
+3. ``FoldConstant``: ``layout_transform`` of constant weights and biases is computed now.
+
+What it leaves: one ``layout_transform`` per graph input and output, the entry one just before
+the first conv or pool (ops before it, e.g. a BatchNorm of the raw input, stay NCHW); one back to
+NCHW before an op that leaves spatial layout (``batch_flatten``, ``reshape`` before ``dense``), as
+correctness needs; the ``layout_transform`` of weights that are free variables (unbound params):
+they cannot be folded, so it runs with the model unless ``relay.build(mod, params=...)`` binds
+and folds them. Not converted: conv1d/conv3d/conv2d_transpose, and functions for external
+codegens (TVM's function passes skip those). A function whose convs and pools are already as
+this pass makes them is returned as it was, untouched (bias_add included), so the pass is
+idempotent.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relay
+from tvm.relay.op.strategy.generic import is_depthwise_conv2d
+
+from ..ir_utils import count_ops, relay_functions
+
+_POOLS = ("nn.max_pool2d", "nn.avg_pool2d", "nn.global_max_pool2d", "nn.global_avg_pool2d")
+
+DESIRED_LAYOUTS = {"nn.conv2d": ["NHWC", "default"], **{pool: ["NHWC"] for pool in _POOLS}}
+
+
+def ConvertLayoutNHWC() -> tvm.transform.Pass:  # pylint: disable=invalid-name  (pass factory)
+    """Convert every Relay function of the module to NHWC (see the module docstring).
+
+    Returns
+    -------
+    pass : tvm.transform.Pass
+        A module pass named ``tvm_fuse.ConvertLayoutNHWC``, enabled at every ``opt_level``.
+    """
+    return tvm.transform.module_pass(
+        _convert_module, opt_level=0, name="tvm_fuse.ConvertLayoutNHWC"
+    )
+
+
+def count_layout_transforms(mod) -> int:
+    """Number of ``layout_transform`` calls in all Relay functions of ``mod`` (or in one expr)."""
+    return count_ops(mod)["layout_transform"]
+
+
+def _convert_module(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    mod = relay.transform.InferType()(mod)
+    functions = relay_functions(mod)
+    done = {gv: func for gv, func in functions.items() if _already_nhwc(func)}
+    if len(done) == len(functions):
+        return mod
+    for stock_pass in (
+        relay.transform.CanonicalizeOps(),
+        relay.transform.ConvertLayout(DESIRED_LAYOUTS),
+        relay.transform.FoldConstant(),
+    ):
+        mod = stock_pass(mod)
+    mod = mod.clone()
+    for gv, func in done.items():
+        mod[gv] = func
+    return relay.transform.InferType()(mod)
+
+
+def _already_nhwc(func: relay.Function) -> bool:
+    """Whether every conv and pool of ``func`` is already as this pass would make it."""
+    calls = []
+    relay.analysis.post_order_visit(
+        func, lambda node: calls.append(node) if isinstance(node, relay.Call) else None
+    )
+    return all(_call_is_nhwc(call) for call in calls)
+
+
+def _call_is_nhwc(call: relay.Call) -> bool:
+    name = call.op.name if isinstance(call.op, tvm.ir.Op) else None
+    if name == "nn.conv2d":
+        attrs = call.attrs
+        return attrs.data_layout == "NHWC" and attrs.kernel_layout == _nhwc_kernel_layout(call)
+    if name in _POOLS:
+        return call.attrs.layout == "NHWC"
+    return True
+
+
+def _nhwc_kernel_layout(conv: relay.Call) -> str:
+    """The kernel layout ``ConvertLayout`` gives an NHWC conv: ``HWOI`` if depthwise, else ``HWIO``."""
+    data, weight = (arg.checked_type for arg in conv.args)
+    attrs = conv.attrs
+    depthwise = is_depthwise_conv2d(
+        data.shape, attrs.data_layout, weight.shape, attrs.kernel_layout, attrs.groups
+    )
+    return "HWOI" if depthwise else "HWIO"
