@@ -5,7 +5,7 @@ schedule compute exactly the same function. Each step is element-wise, so a sche
 it into the store of the accumulator (it stays in registers).
 """
 
-from tvm import te, topi
+from tvm import te, tir, topi
 
 
 def _activate(x, activation: str, alpha: float):
@@ -16,7 +16,7 @@ def _activate(x, activation: str, alpha: float):
     if activation == "relu6":
         return te.min(te.max(x, te.const(0, x.dtype)), te.const(6, x.dtype))
     if activation == "leaky_relu":
-        return te.Select(x > te.const(0, x.dtype), x, x * te.const(alpha, x.dtype))
+        return tir.Select(x > te.const(0, x.dtype), x, x * te.const(alpha, x.dtype))
     if activation == "sigmoid":
         return te.sigmoid(x)
     if activation == "silu":

@@ -1,15 +1,24 @@
 """The meeting point: the TOPI op strategy of ``tvm_fuse.conv2d_nhwc_fused``.
 
 This is the only module that imports both halves. The graph half hands down a fused call (its
-attributes are the task description); the strategy picks the kernel that implements it. Every
-target gets the generic implementation (``schedules.generic``), which is always correct.
+attributes are the task description); the strategy picks the kernel that implements it.
+
+- On x86 ``llvm`` targets, when :func:`fast_path_refusal` finds nothing against it, the
+  alter-op-layout hook (run by ``relay.build`` at opt_level 3, followed by FoldConstant) rewrites
+  the call to take its weight packed as ``OHWI{VL}o`` at compile time, and the ``"cpu"`` strategy
+  then picks the fast kernel ``conv2d_nhwc_fused.x86`` (``schedules.conv2d_nhwc_fused``).
+- Everything else keeps HWIO weights and the generic implementation (``schedules.generic``),
+  which is always correct.
 """
 
+import tvm
 from tvm import relay
 from tvm.target import override_native_generic_func
 
-from .op import OP_NAME, read_attrs
-from .schedules import generic
+from .op import OP_NAME, make_attrs, read_attrs
+from .schedules import conv2d_nhwc_fused as fast
+from .schedules import generic, packing
+from .spec import KernelSpec, TensorSpec
 
 
 def _split_inputs(inputs, attrs):
@@ -52,12 +61,109 @@ def wrap_schedule(topi_schedule):
     return _schedule
 
 
-@override_native_generic_func("tvm_fuse_conv2d_nhwc_fused_strategy")
-def fused_conv2d_strategy(attrs, inputs, out_type, target):
-    """Every target: the generic NHWC implementation."""
+# -- when the fast kernel applies --------------------------------------------------------------
+#: Below this many output values per core the kernel launch and packing are not worth it.
+MIN_OUTPUTS_PER_CORE = 64
+
+
+def simd_lanes(target) -> int:
+    """fp32 SIMD lanes (VL) of an x86 target: 16 with AVX-512, 8 with AVX2, 4 otherwise."""
+    with target:
+        return tvm.target.x86.get_simd_32bit_lanes()
+
+
+def _is_x86_llvm(target) -> bool:
+    triple = str(target.attrs.get("mtriple", ""))
+    return target.kind.name == "llvm" and (not triple or triple.startswith(("x86_64", "i686")))
+
+
+def fast_path_refusal(spec: KernelSpec, target) -> str | None:
+    """Why the fast kernel does not apply to ``spec`` on ``target``, or None when it does.
+
+    The fallback cases: a non-x86 or non-llvm target; a dtype other than float32; Co not a
+    multiple of VL (the packed weight has whole VL-vectors of output channels); a tiny output
+    (fewer than MIN_OUTPUTS_PER_CORE values per core).
+    """
+    if not _is_x86_llvm(target):
+        return f"target {target} is not x86 llvm"
+    dtypes = {spec.data.dtype, spec.weight.dtype, spec.out.dtype}
+    if dtypes != {"float32"}:
+        return f"dtypes {sorted(dtypes)} are not float32"
+    lanes = simd_lanes(target)
+    if spec.out_channels % lanes:
+        return f"Co={spec.out_channels} is not a multiple of VL={lanes}"
+    outputs = 1
+    for dim in spec.out.shape:
+        outputs *= dim
+    if outputs < MIN_OUTPUTS_PER_CORE * max(1, int(target.attrs.get("num-cores", 1))):
+        return f"output {spec.out.shape} is tiny"
+    return None
+
+
+def spec_of(attrs, tensors, out_type) -> KernelSpec:
+    """The task description from the op's attrs, its input tensors (TE or types) and out type."""
+    params = read_attrs(attrs)
+    data, weight, bias, residual = _split_inputs(tensors, params)
+
+    def tensor(t, layout):
+        return None if t is None else TensorSpec(tuple(int(d) for d in t.shape), layout, t.dtype)
+
+    return KernelSpec(
+        data=tensor(data, "NHWC"),
+        weight=tensor(weight, params["kernel_layout"]),
+        out=tensor(out_type, "NHWC"),
+        bias=tensor(bias, "C"),
+        residual=tensor(residual, "NHWC"),
+        strides=params["strides"],
+        padding=params["padding"],
+        dilation=params["dilation"],
+        activation=params["activation"],
+        alpha=params["alpha"],
+    )
+
+
+# -- compile-time weight packing -----------------------------------------------------------------
+@relay.op.op.register_alter_op_layout(OP_NAME)
+def _pack_weight(attrs, inputs, tinfos, out_type):
+    """HWIO -> ``OHWI{VL}o`` when the fast kernel applies (FoldConstant then folds the transform)."""
+    target = tvm.target.Target.current(allow_none=True)
+    params = read_attrs(attrs)
+    if target is None or params["kernel_layout"] != "HWIO":
+        return None
+    if fast_path_refusal(spec_of(attrs, tinfos, out_type), target):
+        return None
+    layout = packing.packed_layout(simd_lanes(target))
+    weight = relay.layout_transform(inputs[1], "HWIO", layout)
+    new_attrs = make_attrs(**{**params, "kernel_layout": layout})
+    return relay.Call(relay.op.get(OP_NAME), [inputs[0], weight, *inputs[2:]], new_attrs)
+
+
+# -- the strategy --------------------------------------------------------------------------------
+def _generic_strategy(attrs):
+    layout = read_attrs(attrs)["kernel_layout"]
+    if layout != "HWIO":
+        raise ValueError(f"{OP_NAME}: kernel_layout {layout!r} needs the x86 fast kernel")
     strategy = relay.op.OpStrategy()
     strategy.add_implementation(
         wrap_compute(generic.compute), wrap_schedule(generic.schedule), name=generic.NAME
+    )
+    return strategy
+
+
+@override_native_generic_func("tvm_fuse_conv2d_nhwc_fused_strategy")
+def fused_conv2d_strategy(attrs, inputs, out_type, target):
+    """Every target: the generic NHWC implementation (HWIO weights)."""
+    return _generic_strategy(attrs)
+
+
+@fused_conv2d_strategy.register("cpu")
+def _fused_conv2d_strategy_cpu(attrs, inputs, out_type, target):
+    """CPU: the fast kernel for packed weights (see ``_pack_weight``), else the generic one."""
+    if packing.packed_lanes(read_attrs(attrs)["kernel_layout"]) is None:
+        return _generic_strategy(attrs)
+    strategy = relay.op.OpStrategy()
+    strategy.add_implementation(
+        wrap_compute(fast.compute), wrap_schedule(fast.schedule), name=fast.NAME, plevel=15
     )
     return strategy
 

@@ -1,0 +1,37 @@
+"""The analytic tile model (no LLVM build): register budget, divisibility, the chosen tiles."""
+
+import pytest
+
+from tvm_fuse.schedules import tiling
+
+
+@pytest.mark.parametrize("lanes", [4, 8, 16])
+def test_register_tiles_fit_the_register_file(lanes):
+    machine = tiling.machine_for(lanes)
+    tiles = tiling.register_tiles(machine, wo=56, co_vectors=8)
+    assert tiles
+    for owb, ocb in tiles:
+        assert owb * ocb + ocb + 1 <= machine.vregs  # accumulators + weights + one broadcast
+        assert 8 % ocb == 0
+
+
+def test_avx2_resnet_layers_get_a_latency_hiding_tile():
+    machine = tiling.machine_for(8)
+    assert tiling.choose_tiles(machine, wo=56, co_vectors=8, ci=64) == tiling.Tiles(6, 2, 64)
+    assert tiling.choose_tiles(machine, wo=14, co_vectors=32, ci=256) == tiling.Tiles(5, 2, 256)
+
+
+def test_avx512_has_room_for_a_wider_tile():
+    tiles = tiling.choose_tiles(tiling.machine_for(16), wo=56, co_vectors=8, ci=64)
+    assert tiles.owb * tiles.ocb > 12
+
+
+def test_tiny_width_and_single_vector_still_get_a_tile():
+    assert tiling.choose_tiles(tiling.machine_for(8), wo=1, co_vectors=1, ci=3) == tiling.Tiles(
+        1, 1, 3
+    )
+
+
+def test_waste_lowers_the_score():
+    machine = tiling.machine_for(8)
+    assert tiling.tile_score(machine, 7, 2, wo=7) > tiling.tile_score(machine, 7, 2, wo=8)

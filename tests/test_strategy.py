@@ -1,0 +1,114 @@
+"""The meeting point: which implementation the strategy picks, and compile-time weight packing.
+
+No LLVM build here: implementations are selected with ``select_implementation`` and the packing
+is checked on the Relay module after AlterOpLayout + FoldConstant.
+"""
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relay, te
+from tvm.relay.backend import te_compiler
+
+import tvm_fuse  # noqa: F401  (registers the op and its strategy)
+from tvm_fuse import strategy
+from tvm_fuse.op import OP_NAME, fused_conv2d, make_attrs, read_attrs
+from tvm_fuse.schedules import conv2d_nhwc_fused, generic, packing
+from tvm_fuse.spec import KernelSpec, TensorSpec
+
+
+def host_target():
+    return tvm.target.Target(f"llvm -mcpu={tvm.target.codegen.llvm_get_system_cpu()} -num-cores=2")
+
+
+LANES = strategy.simd_lanes(host_target())
+
+
+def select(kernel_layout, weight_shape, co, target):
+    data = te.placeholder((1, 14, 14, 16), name="data")
+    weight = te.placeholder(weight_shape, name="weight")
+    attrs = make_attrs(
+        strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1), kernel_layout=kernel_layout
+    )
+    out_type = relay.TensorType((1, 14, 14, co), "float32")
+    op = relay.op.get(OP_NAME)
+    impl, _ = te_compiler.select_implementation(op, attrs, [data, weight], out_type, target)
+    return impl.name
+
+
+def test_packed_weight_selects_the_fast_kernel():
+    layout = packing.packed_layout(LANES)
+    shape = (32 // LANES, 3, 3, 16, LANES)
+    assert (
+        select(layout, shape, 32, host_target())
+        == conv2d_nhwc_fused.NAME
+        == "conv2d_nhwc_fused.x86"
+    )
+
+
+def test_hwio_weight_selects_the_generic_kernel():
+    assert select("HWIO", (3, 3, 16, 17), 17, host_target()) == generic.NAME
+
+
+def test_non_cpu_target_with_packed_weight_is_a_clear_error():
+    with pytest.raises(ValueError, match=f"{OP_NAME}: kernel_layout 'OHWI8o' needs"):
+        strategy._generic_strategy(
+            make_attrs(strides=(1, 1), padding=(0,) * 4, dilation=(1, 1), kernel_layout="OHWI8o")
+        )
+
+
+def spec(co=32, dtype="float32", out_hw=14):
+    return KernelSpec(
+        data=TensorSpec((1, 14, 14, 16), "NHWC", dtype),
+        weight=TensorSpec((3, 3, 16, co), "HWIO", dtype),
+        out=TensorSpec((1, out_hw, out_hw, co), "NHWC", dtype),
+        padding=(1, 1, 1, 1),
+    )
+
+
+@pytest.mark.parametrize(
+    "task, target, reason",
+    [
+        (spec(), "llvm -mtriple=aarch64-linux-gnu", "not x86 llvm"),
+        (spec(), "c", "not x86 llvm"),
+        (spec(dtype="float16"), None, "not float32"),
+        (spec(co=LANES + 1), None, f"Co={LANES + 1} is not a multiple of VL={LANES}"),
+        (spec(co=LANES, out_hw=1), None, "tiny"),
+    ],
+)
+def test_fast_path_refusals(task, target, reason):
+    target = host_target() if target is None else tvm.target.Target(target)
+    assert reason in strategy.fast_path_refusal(task, target)
+
+
+def test_fast_path_applies_to_a_resnet_layer():
+    assert strategy.fast_path_refusal(spec(co=64), host_target()) is None
+
+
+def packed_module(co):
+    x = relay.var("x", shape=(1, 14, 14, 16))
+    weight = relay.const(tvm.nd.array(np.ones((3, 3, 16, co), "float32")))
+    call = fused_conv2d(x, weight, strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1))
+    mod = tvm.IRModule.from_expr(relay.Function([x], call))
+    seq = tvm.transform.Sequential(
+        [
+            relay.transform.InferType(),
+            relay.transform.AlterOpLayout(),
+            relay.transform.FoldConstant(),
+        ]
+    )
+    with host_target(), tvm.transform.PassContext(opt_level=3):
+        return seq(mod)["main"].body
+
+
+def test_alter_layout_packs_the_weight_constant_at_compile_time():
+    call = packed_module(co=4 * LANES)
+    assert read_attrs(call.attrs)["kernel_layout"] == packing.packed_layout(LANES)
+    assert isinstance(call.args[1], relay.Constant)  # layout_transform folded away
+    assert tuple(call.args[1].data.shape) == (4, 3, 3, 16, LANES)
+
+
+def test_alter_layout_leaves_fallback_cases_in_hwio():
+    call = packed_module(co=LANES + 1)
+    assert read_attrs(call.attrs)["kernel_layout"] == "HWIO"
+    assert tuple(call.args[1].data.shape) == (3, 3, 16, LANES + 1)
