@@ -1,0 +1,73 @@
+"""Small read-only helpers over Relay IR, shared by the passes and their tests.
+
+The walks run in C++ (``relay.analysis.post_order_visit``), so deep graphs do not hit Python's
+recursion limit.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import sys
+
+import tvm
+from tvm import relay
+
+_CHILDREN = {
+    relay.Call: lambda e: ([] if isinstance(e.op, tvm.ir.Op) else [e.op]) + list(e.args),
+    relay.Tuple: lambda e: list(e.fields),
+    relay.TupleGetItem: lambda e: [e.tuple_value],
+    relay.Let: lambda e: [e.value, e.body],
+    relay.If: lambda e: [e.cond, e.true_branch, e.false_branch],
+    relay.Function: lambda e: [e.body],
+}
+
+
+def use_counts(expr: relay.Expr) -> collections.Counter:
+    """How many times each sub-expression of ``expr`` is referenced (its number of consumers).
+
+    Computed in one walk; look nodes up by identity (the nodes of ``expr`` itself, e.g. the
+    ``pre`` of a ``DFPatternCallback``). The root ``expr`` counts 0 unless referenced inside.
+    """
+    counts = collections.Counter()
+
+    def visit(node):
+        for child in _CHILDREN.get(type(node), lambda _: [])(node):
+            counts[child] += 1
+
+    relay.analysis.post_order_visit(expr, visit)
+    return counts
+
+
+def count_ops(mod) -> collections.Counter:
+    """Op name -> number of calls, over every Relay function of an IRModule (or one expression)."""
+    exprs = relay_functions(mod).values() if isinstance(mod, tvm.IRModule) else [mod]
+    counts = collections.Counter()
+
+    def visit(node):
+        if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op):
+            counts[node.op.name] += 1
+
+    for expr in exprs:
+        relay.analysis.post_order_visit(expr, visit)
+    return counts
+
+
+def relay_functions(mod: tvm.IRModule) -> dict:
+    """GlobalVar -> relay.Function for every Relay function of ``mod`` (PrimFuncs left out)."""
+    return {gv: f for gv, f in mod.functions.items() if isinstance(f, relay.Function)}
+
+
+@contextlib.contextmanager
+def deep_recursion(limit: int = 20000):
+    """Let a Python ``relay.ExprMutator`` walk deep graphs (DenseNet, ResNet-152).
+
+    Relay's Python mutators recurse once per node along the longest path; the default limit of
+    1000 frames is too low for whole networks.
+    """
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, limit))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
