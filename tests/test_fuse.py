@@ -72,10 +72,63 @@ def test_bias_output_with_second_consumer_keeps_the_relu_outside():
     tvm.ir.assert_structural_equal(got, _expect(relay.add(relay.nn.relu(fused), fused), X))
 
 
-def test_a_bias_that_is_not_per_channel_stays_an_add():
-    full = _const((1, 8, 8, 32))
-    got = _run(relay.add(_nhwc_conv(X, W), full), X)
-    tvm.ir.assert_structural_equal(got, _expect(relay.add(fused_conv2d(X, W, **CONV), full), X))
+def test_a_broadcast_addend_that_is_neither_bias_nor_residual_stays_an_add():
+    rows = _const((1, 8, 1, 32))
+    got = _run(relay.add(_nhwc_conv(X, W), rows), X)
+    tvm.ir.assert_structural_equal(got, _expect(relay.add(fused_conv2d(X, W, **CONV), rows), X))
+
+
+R = relay.var("r", shape=(1, 8, 8, 32))
+
+
+@pytest.mark.parametrize("order", ["conv-first", "residual-first"])
+def test_residual_add_then_relu_is_one_call(order):
+    biased = relay.nn.bias_add(_nhwc_conv(X, W), B, axis=3)
+    added = relay.add(biased, R) if order == "conv-first" else relay.add(R, biased)
+    got = _run(relay.nn.relu(added), X, R)
+    want = _expect(fused_conv2d(X, W, B, R, activation="relu", **CONV), X, R)
+    tvm.ir.assert_structural_equal(got, want)
+
+
+def test_residual_is_not_fused_when_the_chain_output_has_another_consumer():
+    biased = relay.nn.bias_add(_nhwc_conv(X, W), B, axis=3)
+    got = _run(relay.Tuple([relay.nn.relu(relay.add(biased, R)), biased]), X, R)
+    fused = fused_conv2d(X, W, B, **CONV)
+    want = _expect(relay.Tuple([relay.nn.relu(relay.add(fused, R)), fused]), X, R)
+    tvm.ir.assert_structural_equal(got, want)
+
+
+ACTIVATIONS = {
+    "relu6": (lambda y: relay.clip(y, 0.0, 6.0), dict(activation="relu6")),
+    "leaky_relu": (lambda y: relay.nn.leaky_relu(y, 0.1), dict(activation="leaky_relu", alpha=0.1)),
+    "sigmoid": (relay.sigmoid, dict(activation="sigmoid")),
+    "silu": (lambda y: relay.multiply(y, relay.sigmoid(y)), dict(activation="silu")),
+    "silu-swapped": (lambda y: relay.multiply(relay.sigmoid(y), y), dict(activation="silu")),
+}
+
+
+@pytest.mark.parametrize("act, attrs", ACTIVATIONS.values(), ids=ACTIVATIONS.keys())
+def test_activations_are_fused(act, attrs):
+    got = _run(act(relay.nn.bias_add(_nhwc_conv(X, W), B, axis=3)), X)
+    tvm.ir.assert_structural_equal(got, _expect(fused_conv2d(X, W, B, **attrs, **CONV), X))
+
+
+def test_clip_other_than_0_6_stays_stock():
+    got = _run(relay.clip(_nhwc_conv(X, W), -1.0, 1.0), X)
+    tvm.ir.assert_structural_equal(
+        got, _expect(relay.clip(fused_conv2d(X, W, **CONV), -1.0, 1.0), X)
+    )
+
+
+def test_silu_gate_with_another_consumer_is_not_fused():
+    conv = _nhwc_conv(X, W)
+    gate = relay.sigmoid(conv)
+    got = _run(relay.Tuple([relay.multiply(conv, gate), gate]), X)
+    fused = fused_conv2d(X, W, **CONV)
+    gate = relay.sigmoid(fused)
+    tvm.ir.assert_structural_equal(
+        got, _expect(relay.Tuple([relay.multiply(fused, gate), gate]), X)
+    )
 
 
 UNSUPPORTED = {
@@ -108,3 +161,12 @@ def test_every_function_of_the_module_is_rewritten():
     got = FuseConvBiasAct()(mod)
     for name in ("main", "helper"):
         assert got[name].body.op.name == "tvm_fuse.conv2d_nhwc_fused", name
+
+
+def test_a_chain_feeding_another_chain_fuses_both():
+    """Regression: the second conv's rule must read types from the original, untouched call."""
+    first = relay.nn.relu(_nhwc_conv(X, _const((3, 3, 16, 16))))
+    got = _run(relay.nn.relu(_nhwc_conv(first, W)), X)
+    inner = fused_conv2d(X, _const((3, 3, 16, 16)), activation="relu", **CONV)
+    want = _expect(fused_conv2d(inner, W, activation="relu", **CONV), X)
+    tvm.ir.assert_structural_equal(got, want)

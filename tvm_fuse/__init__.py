@@ -9,6 +9,8 @@ import os
 os.environ.setdefault("TOPHUB_LOCATION", "NONE")
 
 from . import op, strategy  # noqa: E402  (register the fused op and its strategy)
+from .pipeline import build, describe, optimize, pipeline  # noqa: E402
 from .spec import KernelSpec, TensorSpec  # noqa: E402
+from .target import host_target  # noqa: E402
 
-__all__ = ["KernelSpec", "TensorSpec"]
+__all__ = ["KernelSpec", "TensorSpec", "build", "describe", "host_target", "optimize", "pipeline"]

@@ -4,17 +4,20 @@ Where it sits: last pass of ``tvm_fuse.pipeline()``, after ``FoldBatchNorm`` (wh
 a bias) and ``ConvertLayoutNHWC`` (which made convs NHWC/HWIO). It matches::
 
     %0 = nn.conv2d(%x, %w, data_layout="NHWC", kernel_layout="HWIO")   # groups=1, float32
-    %1 = nn.bias_add(%0, %b, axis=3)        # or add(%0, <constant [C] or [1,1,1,C]>); optional
-    %2 = nn.relu(%1)                        # optional
-    =>  tvm_fuse.conv2d_nhwc_fused(%x, %w, %b, activation="relu", ...)
+    %1 = nn.bias_add(%0, %b, axis=3)   # or add(%0, <constant [C] or [1,1,1,C]>); optional
+    %2 = add(%1, %r)                   # residual of the output's shape, either side; optional
+    %3 = nn.relu(%2)                   # or clip(0, 6), nn.leaky_relu, sigmoid,
+                                       # multiply(%2, sigmoid(%2)) (SiLU); optional
+    =>  tvm_fuse.conv2d_nhwc_fused(%x, %w, %b, %r, activation="relu", ...)
 
 The chain is grown one step at a time by small rules (``RULES``): each takes the rebuilt call
 and the original one and returns the grown fused call, or None when it does not apply. A step is
-fused only when the intermediate it swallows has exactly one consumer in the original function,
-so no tensor that something else reads is ever fused away.
+fused only when the intermediate it swallows has no consumer outside the step, so no tensor that
+something else reads is ever fused away.
 
 It refuses (leaves stock ops): other layouts, groups != 1, non-float32 data/weight/output,
-dynamic shapes, and bias operands that are not per-output-channel.
+dynamic shapes, addends that are neither per-channel nor of the output's shape, and clips other
+than (0, 6).
 """
 
 from __future__ import annotations
@@ -34,14 +37,14 @@ def _static_shape(ty):
     return tuple(int(d) for d in ty.shape)
 
 
-def _conv_to_fused(call, _original, _uses):
+def _conv_to_fused(call, original, _uses):
     """``nn.conv2d`` in NHWC/HWIO, groups 1, float32 -> fused call with no epilogue."""
     if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "nn.conv2d"):
         return None
     attrs = call.attrs
     if (attrs.data_layout, attrs.kernel_layout, int(attrs.groups)) != ("NHWC", "HWIO", 1):
         return None
-    data_ty, weight_ty = (arg.checked_type for arg in call.args)
+    data_ty, weight_ty = (arg.checked_type for arg in original.args)
     out_dtype = attrs.out_dtype or data_ty.dtype
     if {data_ty.dtype, weight_ty.dtype, out_dtype} != {"float32"}:
         return None
@@ -59,34 +62,37 @@ def _conv_to_fused(call, _original, _uses):
     )
 
 
-def _open_fused(expr, original, uses, *, free):
-    """The fused call ``expr`` if it may still absorb a step: it is a fused call whose
-    ``free`` attributes are unset and whose original intermediate has one consumer."""
-    if not fused_op.is_fused_call(expr) or uses.get(original, 0) != 1:
+def _is_op(call, *names) -> bool:
+    return isinstance(call.op, tvm.ir.Op) and call.op.name in names
+
+
+def _open_fused(expr, original, uses, *, free, consumers=1):
+    """The attrs of ``expr`` if it may still absorb a step, else None: ``expr`` is a fused call,
+    its ``free`` attributes are still unset, and the original intermediate it stands for has
+    exactly ``consumers`` consumers (all of them inside the step being absorbed)."""
+    if not fused_op.is_fused_call(expr) or uses.get(original, 0) != consumers:
         return None
     attrs = fused_op.read_attrs(expr.attrs)
-    return attrs if all(not attrs[name] or attrs[name] == "none" for name in free) else None
+    return attrs if all(attrs[name] in (False, "none") for name in free) else None
 
 
-def _regrow(fused, attrs, *, bias=None, activation=None):
-    """A copy of the fused call with a bias and/or activation added."""
-    data, weight, *rest = fused.args
-    old_bias = rest[0] if attrs["has_bias"] else None
-    keep = {k: attrs[k] for k in ("strides", "padding", "dilation", "kernel_layout", "out_dtype")}
+def _regrow(fused, attrs, **changes):
+    """A copy of the fused call with some of bias, residual, activation and alpha replaced."""
+    roles = ["data", "weight"] + ["bias"] * attrs["has_bias"] + ["residual"] * attrs["has_residual"]
+    args = {"bias": None, "residual": None, **dict(zip(roles, fused.args))}
+    args.update((k, v) for k, v in changes.items() if k in ("bias", "residual"))
+    keep = ("strides", "padding", "dilation", "kernel_layout", "out_dtype", "activation", "alpha")
+    kwargs = {k: changes.get(k, attrs[k]) for k in keep}
     return fused_op.fused_conv2d(
-        data,
-        weight,
-        bias if bias is not None else old_bias,
-        activation=activation or attrs["activation"],
-        alpha=attrs["alpha"],
-        **keep,
+        args["data"], args["weight"], args["bias"], args["residual"], **kwargs
     )
 
 
-def _per_channel_bias(expr, channels):
-    """``expr`` as a [C] bias, or None: a [C] tensor, or a constant of shape [1,1,1,C]."""
-    shape = _static_shape(expr.checked_type)
-    if expr.checked_type.dtype != "float32" or shape is None:
+def _per_channel_bias(expr, ty, channels):
+    """``expr`` (of type ``ty``) as a [C] bias, or None: a [C] tensor, or a constant of shape
+    [1,1,1,C]."""
+    shape = _static_shape(ty)
+    if ty.dtype != "float32" or shape is None:
         return None
     if shape == (channels,):
         return expr
@@ -97,7 +103,7 @@ def _per_channel_bias(expr, channels):
 
 def _absorb_bias(call, original, uses):
     """``bias_add(fused, b, axis=3)`` or ``add(fused, per-channel const)`` -> fused with bias."""
-    if not isinstance(call.op, tvm.ir.Op) or call.op.name not in ("nn.bias_add", "add"):
+    if not _is_op(call, "nn.bias_add", "add"):
         return None
     if call.op.name == "nn.bias_add" and int(call.attrs.axis) not in (3, -1):
         return None
@@ -105,20 +111,78 @@ def _absorb_bias(call, original, uses):
     if attrs is None:
         return None
     channels = _static_shape(original.checked_type)[3]
-    bias = _per_channel_bias(call.args[1], channels)
+    bias = _per_channel_bias(call.args[1], original.args[1].checked_type, channels)
     return None if bias is None else _regrow(call.args[0], attrs, bias=bias)
 
 
-def _absorb_relu(call, original, uses):
-    """``nn.relu(fused)`` -> fused with activation relu."""
-    if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "nn.relu"):
+def _absorb_residual(call, original, uses):
+    """``add(fused, r)`` or ``add(r, fused)`` with ``r`` of the output's shape -> fused with
+    residual ``r`` (a ResNet shortcut). Only the conv chain's single consumer may be the add."""
+    if not _is_op(call, "add"):
+        return None
+    out_type = original.checked_type
+    for mine, other in ((0, 1), (1, 0)):
+        attrs = _open_fused(
+            call.args[mine], original.args[mine], uses, free=("has_residual", "activation")
+        )
+        if attrs is not None and tvm.ir.structural_equal(
+            original.args[other].checked_type, out_type
+        ):
+            return _regrow(call.args[mine], attrs, residual=call.args[other])
+    return None
+
+
+def _constant_value(value) -> float:
+    return float(value.value if hasattr(value, "value") else value)
+
+
+def _activation_of(call):
+    """``(activation, alpha)`` that a single-input call applies, or None."""
+    if _is_op(call, "nn.relu"):
+        return "relu", 0.0
+    if _is_op(call, "sigmoid"):
+        return "sigmoid", 0.0
+    if _is_op(call, "nn.leaky_relu"):
+        return "leaky_relu", float(call.attrs.alpha)
+    if _is_op(call, "clip"):
+        bounds = (_constant_value(call.attrs.a_min), _constant_value(call.attrs.a_max))
+        return {(0.0, 6.0): ("relu6", 0.0)}.get(bounds)
+    return None
+
+
+def _absorb_activation(call, original, uses):
+    """``relu | relu6 (clip 0..6) | leaky_relu | sigmoid (fused)`` -> fused with activation."""
+    activation = _activation_of(call)
+    if activation is None:
         return None
     attrs = _open_fused(call.args[0], original.args[0], uses, free=("activation",))
-    return None if attrs is None else _regrow(call.args[0], attrs, activation="relu")
+    if attrs is None:
+        return None
+    return _regrow(call.args[0], attrs, activation=activation[0], alpha=activation[1])
 
 
-#: The fusion rules, tried in order on every call after its arguments were rewritten.
-RULES = (_conv_to_fused, _absorb_bias, _absorb_relu)
+def _absorb_silu(call, original, uses):
+    """``multiply(fused, sigmoid(fused))`` -> fused with activation silu. The fused output has
+    exactly the two consumers of the pattern; the sigmoid, one."""
+    if not _is_op(call, "multiply"):
+        return None
+    for mine, gate in ((0, 1), (1, 0)):
+        sig, sig_original = call.args[gate], original.args[gate]
+        if not (isinstance(sig, relay.Call) and _is_op(sig, "sigmoid")):
+            continue
+        if not sig_original.args[0].same_as(original.args[mine]) or uses.get(sig_original) != 1:
+            continue
+        attrs = _open_fused(
+            call.args[mine], original.args[mine], uses, free=("activation",), consumers=2
+        )
+        if attrs is not None:
+            return _regrow(call.args[mine], attrs, activation="silu")
+    return None
+
+
+#: The fusion rules, tried in order on every call after its arguments were rewritten; the
+#: first that applies wins. Each returns the grown fused call, or None.
+RULES = (_conv_to_fused, _absorb_bias, _absorb_residual, _absorb_activation, _absorb_silu)
 
 
 class _ChainFuser(relay.ExprMutator):
@@ -130,10 +194,12 @@ class _ChainFuser(relay.ExprMutator):
 
     def visit_call(self, call):
         rebuilt = super().visit_call(call)
+        if not isinstance(rebuilt, relay.Call):
+            return rebuilt
         for rule in RULES:
             grown = rule(rebuilt, call, self.uses)
             if grown is not None:
-                rebuilt = grown
+                return grown
         return rebuilt
 
 

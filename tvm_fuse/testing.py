@@ -1,0 +1,43 @@
+"""Run a built module and compare it with stock TVM: the check every test and demo makes.
+
+The reference is the *original* module built by stock ``relay.build`` (no tvm_fuse pass), so a
+wrong rewrite anywhere in the pipeline shows up as a numeric difference.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relay
+from tvm.contrib import graph_executor
+
+from .target import as_target
+
+
+def run(lib, inputs: dict) -> list[np.ndarray]:
+    """Run a ``relay.build`` result on the CPU with ``inputs``; return every output."""
+    module = graph_executor.GraphModule(lib["default"](tvm.cpu()))
+    module.set_input(**inputs)
+    module.run()
+    return [module.get_output(i).numpy() for i in range(module.get_num_outputs())]
+
+
+def build_stock(mod, params=None, target=None, opt_level=3):
+    """Stock ``relay.build`` of ``mod`` (the reference implementation)."""
+    with tvm.transform.PassContext(opt_level=opt_level):
+        return relay.build(mod, target=as_target(target), params=params)
+
+
+def relative_error(got: np.ndarray, ref: np.ndarray) -> float:
+    """max |got - ref| / max |ref| (DESIGN.md §3's error measure)."""
+    scale = float(np.max(np.abs(ref))) or 1.0
+    return float(np.max(np.abs(got.astype("float64") - ref.astype("float64")))) / scale
+
+
+def assert_close(got, ref, rtol=1e-5):
+    """Every output within ``rtol`` of the reference, relative to the reference's max."""
+    assert len(got) == len(ref), f"{len(got)} outputs, reference has {len(ref)}"
+    for i, (g, r) in enumerate(zip(got, ref)):
+        assert g.shape == r.shape, f"output {i}: shape {g.shape}, reference {r.shape}"
+        err = relative_error(g, r)
+        assert err <= rtol, f"output {i}: relative error {err:.3g} > {rtol:g}"
