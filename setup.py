@@ -18,7 +18,8 @@ STACK = [
 
 PEERS = ["torch==2.13.0", "onnxruntime"]  # benchmark and comparison peers only
 
-TEST = ["pytest", "nbclient", "nbformat", "ipykernel", "matplotlib"]
+# The tests compare against the peers too (the ONNX ResNet-18 against ONNX Runtime and PyTorch).
+TEST = ["pytest", "nbclient", "nbformat", "ipykernel", "matplotlib"] + PEERS
 
 setup(
     name="tvm_fuse",
@@ -28,6 +29,6 @@ setup(
     packages=["tvm_fuse", "tvm_fuse.passes", "tvm_fuse.memory", "tvm_fuse.schedules"],
     package_dir={"tvm_fuse.schedules": "schedules"},
     install_requires=STACK,
-    extras_require={"test": TEST, "bench": PEERS, "all": TEST + PEERS},
+    extras_require={"test": TEST, "bench": PEERS},
     entry_points={"console_scripts": ["tvm-fuse = tvm_fuse.cli:main"]},
 )
