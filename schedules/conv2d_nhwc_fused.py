@@ -1,15 +1,21 @@
 """The fast fused kernel: NHWC conv2d + bias + [residual] + activation on packed weights (x86).
 
-``tvm_fuse.strategy`` chooses it when ``fast_path_refusal`` finds nothing and the weight has been packed to
-``OHWI{VL}o`` (``schedules.packing``) at compile time. Vectorized over output channels: a
-register tile of ``owb`` output pixels along Wo x ``ocb`` vectors of VL channels accumulates over
-(Ci block, Kh, Kw, Ci) with one broadcast input feeding ``ocb`` FMAs; the epilogue is applied to
-the accumulators before their single store; (N, Co blocks, Ho) are fused into one parallel loop.
+``tvm_fuse.strategy`` chooses it when ``fast_path_refusal`` finds nothing and the weight has been
+packed to ``OHWI{VL}o`` (``schedules.packing``) at compile time. Vectorized over output channels:
+a register tile of ``owb`` output pixels x ``ocb`` vectors of VL channels accumulates over
+(Ci block, Kh, Kw, Ci) with one broadcast input feeding ``ocb`` FMAs. Two tilings (knob ``flat``):
 
-The conv is computed on a width padded up to a multiple of ``owb`` (the extra columns are never
-stored), so every register tile is full and its loops carry no bounds checks. The tile sizes are
-AutoTVM knobs; the fallback config is the analytic model of ``schedules.tiling``. Refuses weights
-that are not packed and non-float32 dtypes (the strategy never sends those here).
+- along Wo (large maps): (N, Co blocks, Ho) fused into one parallel loop; the conv is computed on
+  a width padded up to a multiple of ``owb`` (extra columns never stored) at each Wo tile, and
+  the epilogue is applied to the accumulators before their single store;
+- along the flattened Ho*Wo axis (small maps, e.g. 7x7, where Wo tiles waste columns): the conv
+  is its own parallel loop over (N, Co blocks, pixel tiles), tiles crossing rows, accumulators
+  in a local cache; the epilogue is a second vectorized pass over the (small) output.
+
+A Co that is not a multiple of VL arrives zero-padded in the packed weight, with the real Co as
+``channels``: the padded channels are computed and never stored. Tile sizes are AutoTVM knobs
+whose fallback config is the analytic model of ``schedules.tiling``. Refuses weights that are
+not packed and non-float32 dtypes (the strategy never sends those here).
 """
 
 from tvm import autotvm, te, topi
@@ -22,16 +28,17 @@ NAME = "conv2d_nhwc_fused.x86"
 CONV_TAG = "conv2d_nhwc_fused_packed"
 
 
-def compute(
-    data, weight, bias, residual, *, strides, padding, dilation, out_dtype, activation, alpha
-):
-    """The fused kernel on a packed ``[Co/VL, Kh, Kw, Ci, VL]`` weight (keyword calling)."""
+def compute(data, weight, bias, residual, **conv):
+    """The fused kernel on a packed ``[Co/VL, Kh, Kw, Ci, VL]`` weight (keyword calling: strides,
+    padding, dilation, out_dtype, activation, alpha, and ``channels``, the real Co when the
+    packed weight's Co is padded to whole vectors)."""
     if len(weight.shape) != 5 or data.dtype != "float32" or weight.dtype != "float32":
         raise ValueError(
             f"{NAME}: needs float32 data and a packed OHWI{{VL}}o weight, got data "
             f"{data.dtype}{list(data.shape)} and weight {weight.dtype}{list(weight.shape)}"
         )
-    args = (tuple(strides), tuple(padding), tuple(dilation), out_dtype, activation, float(alpha))
+    args = [tuple(conv[k]) for k in ("strides", "padding", "dilation")]
+    args += [conv["out_dtype"], conv["activation"], float(conv["alpha"]), conv.get("channels")]
     return conv2d_nhwc_fused_x86(data, weight, bias, residual, *args)
 
 
@@ -39,37 +46,55 @@ def _out_size(size, pad, window, stride, dilation):
     return (size + pad - ((window - 1) * dilation + 1)) // stride + 1
 
 
-def _define_knobs(cfg, wo, co_vectors, ci, lanes):
-    """owb x ocb: the register tile; tile_ic: the Ci split; pad_at_row: pad the input rows a
-    parallel iteration reads (1) or the whole input up front (0); ic_outside: Ci blocks outside
-    the Wo tiles, accumulating in a row buffer (measured slower: the tile leaves registers)."""
+def _define_knobs(cfg, ho, wo, co_vectors, ci, lanes):
+    """owb x ocb: the register tile; flat: tile the flattened Ho*Wo pixel axis (tiles cross
+    rows) instead of Wo; tile_ic: the Ci split; pad_at_row: pad the input rows a parallel
+    iteration reads (1) or the whole input up front (0); ic_outside: Ci blocks outside the
+    Wo tiles, accumulating in a row buffer (measured slower: the tile leaves registers; not
+    used by flat tiles)."""
     cfg.define_knob("owb", list(range(1, tiling.MAX_OWB + 1)))
     cfg.define_knob("ocb", [d for d in range(1, tiling.MAX_OCB + 1) if co_vectors % d == 0])
+    cfg.define_knob("flat", [0, 1])
     cfg.define_split("tile_ic", ci, num_outputs=2)
     cfg.define_knob("pad_at_row", [0, 1])
     cfg.define_knob("ic_outside", [0, 1])
     if cfg.is_fallback:
-        tiles = tiling.choose_tiles(tiling.machine_for(lanes), wo, co_vectors, ci)
+        tiles = tiling.choose_tiles(tiling.machine_for(lanes), wo, co_vectors, ci, ho=ho)
         cfg["owb"] = OtherOptionEntity(tiles.owb)
         cfg["ocb"] = OtherOptionEntity(tiles.ocb)
+        cfg["flat"] = OtherOptionEntity(int(tiles.flat))
         cfg["tile_ic"] = SplitEntity([-1, tiles.icb])
-        cfg["pad_at_row"] = OtherOptionEntity(1)
+        cfg["pad_at_row"] = OtherOptionEntity(int(not tiles.flat))
         cfg["ic_outside"] = OtherOptionEntity(0)
 
 
 @autotvm.register_topi_compute(NAME)
 def conv2d_nhwc_fused_x86(
-    cfg, data, weight, bias, residual, strides, padding, dilation, out_dtype, activation, alpha
+    cfg,
+    data,
+    weight,
+    bias,
+    residual,
+    strides,
+    padding,
+    dilation,
+    out_dtype,
+    activation,
+    alpha,
+    channels=None,
 ):
-    """TE compute of the fast kernel (positional arguments: they form the AutoTVM workload)."""
+    """TE compute of the fast kernel (positional arguments: they form the AutoTVM workload).
+
+    ``channels`` is the real Co when the packed weight's Co was padded to whole vectors."""
     n, h, w, ci = (int(d) for d in data.shape)
     co_vectors, kh, kw, _, lanes = (int(d) for d in weight.shape)
+    channels = int(channels or co_vectors * lanes)
     (sh, sw), (dh, dw), (top, left, bottom, right) = strides, dilation, padding
     ho = _out_size(h, top + bottom, kh, sh, dh)
     wo = _out_size(w, left + right, kw, sw, dw)
-    _define_knobs(cfg, wo, co_vectors, ci, lanes)
-    owb = cfg["owb"].val
-    wo_pad = -(-wo // owb) * owb
+    _define_knobs(cfg, ho, wo, co_vectors, ci, lanes)
+    owb, flat = cfg["owb"].val, cfg["flat"].val
+    wo_pad = wo if flat else -(-wo // owb) * owb
     extra = max(0, (wo_pad - 1) * sw + (kw - 1) * dw + 1 - (w + left + right))
     pad_after = [0, bottom, right + extra, 0]
     if any((top, left, bottom, right + extra)):
@@ -77,17 +102,35 @@ def conv2d_nhwc_fused_x86(
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
     rc = te.reduce_axis((0, ci), name="rc")
-    conv = te.compute(
-        (n, ho, wo_pad, co_vectors * lanes),
-        lambda b, y, x, c: te.sum(
-            data[b, y * sh + ry * dh, x * sw + rx * dw, rc].astype(out_dtype)
-            * weight[c // lanes, ry, rx, rc, c % lanes].astype(out_dtype),
-            axis=[ry, rx, rc],
-        ),
-        name="conv",
-        tag=CONV_TAG,
-    )
-    acc = te.compute((n, ho, wo, co_vectors * lanes), lambda *i: conv(*i), name="acc")
+
+    def product(b, y, x, c):
+        return data[b, y * sh + ry * dh, x * sw + rx * dw, rc].astype(out_dtype) * weight[
+            c // lanes, ry, rx, rc, c % lanes
+        ].astype(out_dtype)
+
+    if flat:  # one pixel axis p = y * Wo + x, padded to whole tiles (clamped: no extra rows);
+        # channels blocked [Co/VL, VL], so that the epilogue's demand covers whole vectors
+        pixels = ho * wo
+        shape = (n, -(-pixels // owb) * owb, co_vectors, lanes)
+
+        def element(b, p, cv, cl):
+            q = te.min(p, pixels - 1) if shape[1] != pixels else p
+            return te.sum(product(b, q // wo, q % wo, cv * lanes + cl), axis=[ry, rx, rc])
+
+        conv = te.compute(shape, element, name="conv", tag=CONV_TAG)
+        acc = te.compute(
+            (n, ho, wo, channels),
+            lambda b, y, x, c: conv[b, y * wo + x, c // lanes, c % lanes],
+            name="acc",
+        )
+    else:
+        conv = te.compute(
+            (n, ho, wo_pad, co_vectors * lanes),
+            lambda b, y, x, c: te.sum(product(b, y, x, c), axis=[ry, rx, rc]),
+            name="conv",
+            tag=CONV_TAG,
+        )
+        acc = te.compute((n, ho, wo, channels), lambda *i: conv(*i), name="acc")
     return apply_epilogue(acc, bias, residual, activation, alpha)
 
 
@@ -117,42 +160,82 @@ def _find_conv(out):
     raise ValueError(f"{NAME}: no conv stage under {out.op.name}")
 
 
-def _schedule_tile(cfg, s, out, conv):
-    lanes = int(conv.op.input_tensors[1].shape[4])
-    n, h, w, c = s[out].op.axis
-    c_outer, c_lane = s[out].split(c, lanes)
-    c_blk, c_vec = s[out].split(c_outer, cfg["ocb"].val)
+def _split_out(s, out, lanes, ocb):
+    """(c_blk, c_vec, c_lane) of the output's channel axis; c_lane vectorized."""
+    c_outer, c_lane = s[out].split(out.op.axis[3], lanes)
+    c_blk, c_vec = s[out].split(c_outer, ocb)
+    s[out].vectorize(c_lane)
+    return c_blk, c_vec, c_lane
+
+
+def _schedule_register_tile(cfg, s, conv, pixels, channels, outer=()):
+    """The reduction around the register tile: (Ci block, ``outer``, Kh, Kw, Ci) outside, the
+    tile's ``pixels`` x ``channels`` (vectors, lanes) unrolled and vectorized."""
+    ry, rx, rc = s[conv].op.reduce_axis
+    c_vec, c_lane = channels
+    rc_blk, rc_in = cfg["tile_ic"].apply(s, conv, rc)
+    s[conv].reorder(rc_blk, *outer, ry, rx, rc_in, pixels, c_vec, c_lane)
+    s[conv].unroll(pixels)
+    s[conv].unroll(c_vec)
+    s[conv].vectorize(c_lane)
+
+
+def _schedule_rows(cfg, s, out, conv, lanes):
+    """Tiles along Wo: parallel (N, Co blocks, Ho); the conv tile computed at each Wo tile, its
+    accumulators stored once through the epilogue."""
+    n, h, w, _ = s[out].op.axis
+    c_blk, c_vec, c_lane = _split_out(s, out, lanes, cfg["ocb"].val)
     w_blk, w_pix = s[out].split(w, cfg["owb"].val)
     s[out].reorder(n, c_blk, h, w_blk, w_pix, c_vec, c_lane)
     rows = s[out].fuse(n, c_blk, h)
     s[out].parallel(rows)
     s[out].unroll(w_pix)
     s[out].unroll(c_vec)
-    s[out].vectorize(c_lane)
-
-    _, _, cw, cc = s[conv].op.axis
-    ry, rx, rc = s[conv].op.reduce_axis
-    cc_vec, cc_lane = s[conv].split(cc, lanes)
-    rc_blk, rc_in = cfg["tile_ic"].apply(s, conv, rc)
+    cw, outer = s[conv].op.axis[2], ()
     if cfg["ic_outside"].val:  # Ci blocks outside the Wo tiles: accumulate in a row buffer
         s[conv].compute_at(s[out], rows)
         cw_blk, cw = s[conv].split(cw, cfg["owb"].val)
-        s[conv].reorder(rc_blk, cw_blk, ry, rx, rc_in, cw, cc_vec, cc_lane)
+        outer = (cw_blk,)
     else:
         s[conv].compute_at(s[out], w_blk)
-        s[conv].reorder(rc_blk, ry, rx, rc_in, cw, cc_vec, cc_lane)
-    s[conv].unroll(cw)
-    s[conv].unroll(cc_vec)
-    s[conv].vectorize(cc_lane)
+    channels = s[conv].split(s[conv].op.axis[3], lanes)
+    _schedule_register_tile(cfg, s, conv, cw, channels, outer)
+    return s[out], rows
 
+
+def _schedule_flat(cfg, s, out, conv, lanes):
+    """Tiles along Ho*Wo: the flat conv is its own parallel loop over (N, Co blocks, pixel
+    tiles) with the register tile in a local cache; the epilogue is a second, vectorized pass
+    (bound inference cannot map a flat tile back to (Ho, Wo) rows for compute_at)."""
+    n, h, _, _ = s[out].op.axis
+    _split_out(s, out, lanes, cfg["ocb"].val)
+    s[out].parallel(s[out].fuse(n, h))
+    local = s.cache_write(conv, "local")
+    b, p, c_outer, c_lane = s[conv].op.axis
+    p_blk, p_pix = s[conv].split(p, cfg["owb"].val)
+    c_blk, c_vec = s[conv].split(c_outer, cfg["ocb"].val)
+    s[conv].reorder(b, c_blk, p_blk, p_pix, c_vec, c_lane)
+    tiles = s[conv].fuse(b, c_blk, p_blk)
+    s[conv].parallel(tiles)
+    s[conv].vectorize(c_lane)
+    s[local].compute_at(s[conv], tiles)
+    _, pixels, *channels = s[local].op.axis
+    _schedule_register_tile(cfg, s, local, pixels, channels)
+    return s[conv], tiles
+
+
+def _schedule_tile(cfg, s, out, conv):
+    lanes = int(conv.op.input_tensors[1].shape[4])
+    schedule_loops = _schedule_flat if cfg["flat"].val else _schedule_rows
+    stage, rows = schedule_loops(cfg, s, out, conv, lanes)
     pad = conv.op.input_tensors[0]
     if pad.op.name == "data_pad":
-        _schedule_pad(cfg, s, pad, out, rows)
+        _schedule_pad(cfg, s, pad, stage, rows)
 
 
-def _schedule_pad(cfg, s, pad, out, rows):
+def _schedule_pad(cfg, s, pad, stage, rows):
     if cfg["pad_at_row"].val:
-        s[pad].compute_at(s[out], rows)
+        s[pad].compute_at(stage, rows)
         return
-    n, h, w, c = s[pad].op.axis
+    n, h, _, _ = s[pad].op.axis
     s[pad].parallel(s[pad].fuse(n, h))

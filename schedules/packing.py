@@ -3,7 +3,8 @@
 VL is the target's SIMD width in fp32 lanes, so one VL-slice of the last axis is one vector
 register of output-channel weights. ``tvm_fuse.strategy`` asks Relay to transform the HWIO
 constant into this layout at compile time; this module only names the layout and gives the NumPy
-reference of the transform (for tests). It refuses channel counts that are not a multiple of VL.
+reference of the transform (for tests). A Co that is not a multiple of VL is padded with zero
+output channels up to whole vectors; the kernel computes them and never stores them.
 """
 
 import re
@@ -24,12 +25,16 @@ def packed_lanes(layout: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def padded_channels(channels: int, lanes: int) -> int:
+    """``channels`` rounded up to a multiple of ``lanes``: the Co of the packed weight."""
+    return -(-int(channels) // int(lanes)) * int(lanes)
+
+
 def pack_hwio(weight: np.ndarray, lanes: int) -> np.ndarray:
-    """NumPy reference of ``layout_transform(weight, "HWIO", "OHWI{lanes}o")``."""
+    """NumPy reference of zero-padding Co to :func:`padded_channels`, then
+    ``layout_transform(weight, "HWIO", "OHWI{lanes}o")``."""
     kh, kw, ci, co = weight.shape
-    if co % lanes:
-        raise ValueError(
-            f"pack_hwio: Co={co} of weight {weight.shape} is not a multiple of {lanes}"
-        )
-    blocked = weight.reshape(kh, kw, ci, co // lanes, lanes)
+    co_pad = padded_channels(co, lanes)
+    weight = np.pad(weight, ((0, 0), (0, 0), (0, 0), (0, co_pad - co)))
+    blocked = weight.reshape(kh, kw, ci, co_pad // lanes, lanes)
     return np.ascontiguousarray(blocked.transpose(3, 0, 1, 2, 4))

@@ -120,6 +120,8 @@ def test_relay_op_matches_numpy(case, rng):
 TE_CASES = {
     "asym_pad": (1, 12, 16, 32, 3, 1, 1, (1, 0, 2, 1)),
     "s2_dil2": (2, 15, 8, 16, 3, 2, 2, (2, 2, 1, 1)),
+    "map7_flat_co20": (2, 7, 24, 20, 3, 1, 1, (1, 1, 1, 1)),  # Ho*Wo tiles, Co padded in-kernel
+    "rows_w24": (1, 24, 8, 16, 3, 1, 1, (1, 1, 1, 1)),  # tiles of 6 divide Wo: tiles along Wo
 }
 
 
@@ -128,7 +130,8 @@ def te_kernel(batch, size, ci, co, kernel, stride, dil, padding):
     with host_target():
         lanes = strategy.simd_lanes(host_target())
         data = te.placeholder((batch, size, size, ci), name="data")
-        weight = te.placeholder((co // lanes, kernel, kernel, ci, lanes), name="weight")
+        co_vectors = packing.padded_channels(co, lanes) // lanes
+        weight = te.placeholder((co_vectors, kernel, kernel, ci, lanes), name="weight")
         bias = te.placeholder((co,), name="bias")
         out = fast.compute(
             data,
@@ -141,6 +144,7 @@ def te_kernel(batch, size, ci, co, kernel, stride, dil, padding):
             out_dtype="float32",
             activation="relu",
             alpha=0.0,
+            channels=co,
         )
         return fast.schedule([out]), [data, weight, bias, out], lanes
 
@@ -159,12 +163,14 @@ def test_te_kernel_matches_numpy(case, rng):
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
-def test_lowered_fast_kernel_is_parallel_and_vectorized():
-    s, args, lanes = te_kernel(*TE_CASES["asym_pad"])
+@pytest.mark.parametrize("case, flat", [("rows_w24", False), ("map7_flat_co20", True)])
+def test_lowered_fast_kernel_is_parallel_and_vectorized(case, flat):
+    s, args, lanes = te_kernel(*TE_CASES[case])
     text = str(tvm.lower(s, args))
     assert "T.parallel" in text
     assert f"float32x{lanes}" in text  # the accumulators and the FMAs are VL-wide vectors
     assert "T.Broadcast" in text  # one input value broadcast to every lane
+    assert ('"local"' in text) == flat  # the flat tile's accumulators: a local cache of the conv
 
 
 def test_pack_hwio_matches_layout_transform(rng):
@@ -172,5 +178,7 @@ def test_pack_hwio_matches_layout_transform(rng):
     packed = packing.pack_hwio(weight, 8)
     assert packed.shape == (2, 3, 3, 5, 8)
     np.testing.assert_array_equal(packed[1, 2, 0, 4, 3], weight[2, 0, 4, 8 + 3])
-    with pytest.raises(ValueError, match="Co=16 .* not a multiple of 6"):
-        packing.pack_hwio(weight, 6)
+    padded = packing.pack_hwio(weight, 6)  # Co=16 -> 3 vectors of 6, the last 2 channels zero
+    assert padded.shape == (3, 3, 3, 5, 6)
+    np.testing.assert_array_equal(padded[2, ..., :4], weight[..., 12:])
+    assert not padded[2, ..., 4:].any()

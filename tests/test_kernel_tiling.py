@@ -35,3 +35,12 @@ def test_tiny_width_and_single_vector_still_get_a_tile():
 def test_waste_lowers_the_score():
     machine = tiling.machine_for(8)
     assert tiling.tile_score(machine, 7, 2, wo=7) > tiling.tile_score(machine, 7, 2, wo=8)
+
+
+def test_small_maps_tile_the_flattened_pixel_axis():
+    machine = tiling.machine_for(8)
+    l4 = tiling.choose_tiles(machine, wo=7, co_vectors=64, ci=512, ho=7)
+    assert l4.flat and l4.owb * l4.ocb >= 10  # 49 pixels in tiles of 5: 1 wasted, not 21
+    assert tiling.choose_tiles(machine, wo=14, co_vectors=32, ci=256, ho=14).flat
+    assert not tiling.choose_tiles(machine, wo=56, co_vectors=8, ci=64, ho=56).flat
+    assert not tiling.choose_tiles(machine, wo=7, co_vectors=64, ci=512).flat  # one row: Wo tiles

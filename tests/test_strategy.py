@@ -72,7 +72,6 @@ def spec(co=32, dtype="float32", out_hw=14):
         (spec(), "llvm -mtriple=aarch64-linux-gnu", "not x86 llvm"),
         (spec(), "c", "not x86 llvm"),
         (spec(dtype="float16"), None, "not float32"),
-        (spec(co=LANES + 1), None, f"Co={LANES + 1} is not a multiple of VL={LANES}"),
         (spec(co=LANES, out_hw=1), None, "tiny"),
     ],
 )
@@ -81,11 +80,12 @@ def test_fast_path_refusals(task, target, reason):
     assert reason in strategy.fast_path_refusal(task, target)
 
 
-def test_fast_path_applies_to_a_resnet_layer():
-    assert strategy.fast_path_refusal(spec(co=64), host_target()) is None
+@pytest.mark.parametrize("co", [64, 3, LANES + 1, 1000])
+def test_fast_path_applies_to_any_channel_count(co):
+    assert strategy.fast_path_refusal(spec(co=co), host_target()) is None
 
 
-def packed_module(co):
+def packed_module(co, target=None):
     x = relay.var("x", shape=(1, 14, 14, 16))
     weight = relay.const(tvm.nd.array(np.ones((3, 3, 16, co), "float32")))
     call = fused_conv2d(x, weight, strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1))
@@ -97,7 +97,7 @@ def packed_module(co):
             relay.transform.FoldConstant(),
         ]
     )
-    with host_target(), tvm.transform.PassContext(opt_level=3):
+    with target or host_target(), tvm.transform.PassContext(opt_level=3):
         return seq(mod)["main"].body
 
 
@@ -108,7 +108,22 @@ def test_alter_layout_packs_the_weight_constant_at_compile_time():
     assert tuple(call.args[1].data.shape) == (4, 3, 3, 16, LANES)
 
 
-def test_alter_layout_leaves_fallback_cases_in_hwio():
+def test_odd_co_is_padded_to_whole_vectors_and_selects_the_fast_kernel():
     call = packed_module(co=LANES + 1)
+    attrs = read_attrs(call.attrs)
+    assert (attrs["kernel_layout"], attrs["channels"]) == (packing.packed_layout(LANES), LANES + 1)
+    assert tuple(call.args[1].data.shape) == (2, 3, 3, 16, LANES)  # Co padded to 2 vectors
+    assert tuple(call.checked_type.shape) == (1, 14, 14, LANES + 1)  # the type keeps the real Co
+    assert not call.args[1].data.numpy()[1, ..., 1:].any()  # the padding channels are zero
+    args = [te.placeholder(a.checked_type.shape, name=f"a{i}") for i, a in enumerate(call.args)]
+    impl, _ = te_compiler.select_implementation(
+        call.op, call.attrs, args, call.checked_type, host_target()
+    )
+    assert impl.name == conv2d_nhwc_fused.NAME
+
+
+def test_alter_layout_leaves_fallback_cases_in_hwio():
+    call = packed_module(co=LANES + 1, target=tvm.target.Target("llvm -mtriple=aarch64-linux-gnu"))
     assert read_attrs(call.attrs)["kernel_layout"] == "HWIO"
+    assert "channels" not in call.attrs
     assert tuple(call.args[1].data.shape) == (3, 3, 16, LANES + 1)

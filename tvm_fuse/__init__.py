@@ -12,5 +12,15 @@ from . import op, strategy  # noqa: E402  (register the fused op and its strateg
 from .pipeline import build, describe, optimize, pipeline  # noqa: E402
 from .spec import KernelSpec, TensorSpec  # noqa: E402
 from .target import host_target  # noqa: E402
+from .tuning import tune  # noqa: E402
 
-__all__ = ["KernelSpec", "TensorSpec", "build", "describe", "host_target", "optimize", "pipeline"]
+__all__ = [
+    "KernelSpec",
+    "TensorSpec",
+    "build",
+    "describe",
+    "host_target",
+    "optimize",
+    "pipeline",
+    "tune",
+]

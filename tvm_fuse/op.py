@@ -58,9 +58,11 @@ def kernel_out_channels_and_window(kernel_layout: str, shape) -> tuple[int, int,
 
 
 def output_shape(data_shape, attrs) -> tuple[int, int, int, int]:
-    """NHWC output shape, from 4-sided padding, strides and dilation."""
+    """NHWC output shape, from 4-sided padding, strides and dilation. Co is ``attrs["channels"]``
+    when given (a packed weight padded to whole vectors has more), else the weight's."""
     n, h, w, _ = (int(d) for d in data_shape)
     co, kh, kw = kernel_out_channels_and_window(attrs["kernel_layout"], attrs["weight_shape"])
+    co = attrs.get("channels") or co
     top, left, bottom, right = (int(p) for p in attrs["padding"])
     sh, sw = (int(s) for s in attrs["strides"])
     dh, dw = (int(d) for d in attrs["dilation"])
@@ -77,8 +79,13 @@ def _type_relation(arg_types, attrs):
         "padding": attrs["padding"],
         "strides": attrs["strides"],
         "dilation": attrs["dilation"],
+        "channels": _channels(attrs),
     }
     return relay.TensorType(output_shape(data.shape, shape_attrs), str(attrs["out_dtype"]))
+
+
+def _channels(attrs) -> int | None:
+    return int(attrs["channels"]) if "channels" in attrs else None
 
 
 # -- attrs <-> KernelSpec ---------------------------------------------------------------------
@@ -93,8 +100,11 @@ def make_attrs(
     alpha=0.0,
     has_bias=False,
     has_residual=False,
+    channels=None,
 ):
-    """The fused op's attributes (a ``DictAttrs``)."""
+    """The fused op's attributes (a ``DictAttrs``). ``channels`` (the real Co) is set only for a
+    packed weight whose Co was padded up to whole vectors; the attribute is absent otherwise."""
+    extra = {} if channels is None else {"channels": int(channels)}
     return tvm.ir.make_node(
         "DictAttrs",
         strides=[int(s) for s in strides],
@@ -106,6 +116,7 @@ def make_attrs(
         alpha=float(alpha),
         has_bias=bool(has_bias),
         has_residual=bool(has_residual),
+        **extra,
     )
 
 
@@ -128,6 +139,7 @@ def read_attrs(attrs) -> dict:
         "alpha": float(attrs["alpha"]),
         "has_bias": bool(attrs["has_bias"]),
         "has_residual": bool(attrs["has_residual"]),
+        "channels": _channels(attrs),
     }
 
 
@@ -164,6 +176,7 @@ def spec_from_call(call) -> KernelSpec:
 
 def attrs_from_spec(spec: KernelSpec):
     """The fused op's attributes for a task description (the inverse of spec_from_call)."""
+    weight_co, _, _ = kernel_out_channels_and_window(spec.weight.layout, spec.weight.shape)
     return make_attrs(
         strides=spec.strides,
         padding=spec.padding,
@@ -174,6 +187,7 @@ def attrs_from_spec(spec: KernelSpec):
         alpha=spec.alpha,
         has_bias=spec.bias is not None,
         has_residual=spec.residual is not None,
+        channels=None if weight_co == spec.out_channels else spec.out_channels,
     )
 
 

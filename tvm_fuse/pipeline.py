@@ -18,6 +18,7 @@ from .passes.fuse import FuseConvBiasAct
 from .passes.layout import ConvertLayoutNHWC
 from .spec import KernelSpec
 from .target import as_target
+from .tuning.records import apply_records, check_records
 
 OPT_LEVEL = 3
 
@@ -88,16 +89,20 @@ def optimize(mod, params=None) -> tvm.IRModule:
         return pipeline()(mod)
 
 
-def build(mod, params=None, target=None, **kwargs):
+def build(mod, params=None, target=None, tuning_records=None, **kwargs):
     """``optimize`` then stock ``relay.build``; returns what ``relay.build`` returns.
 
     The result runs with ``tvm.contrib.graph_executor`` under the model's original input names
-    and NCHW input shapes (the layout change is inside the graph).
+    and NCHW input shapes (the layout change is inside the graph). ``tuning_records``: an AutoTVM
+    log (``tvm_fuse.tune``), validated as a whole first (``tuning.records.check_records``: a
+    ``RecordsError`` for a corrupt or foreign log) and applied with ``apply_history_best``;
+    kernels without a record use the analytic default.
     """
     target = as_target(target)
+    records = check_records(tuning_records, target) if tuning_records is not None else None
     mod = optimize(mod, params)
     _require_static_inputs(mod)
-    with _pass_context():
+    with _pass_context(), apply_records(records):
         return relay.build(mod, target=target, **kwargs)
 
 

@@ -36,6 +36,7 @@ def wrap_compute(topi_compute):
     def _compute(attrs, inputs, out_type):
         params = read_attrs(attrs)
         data, weight, bias, residual = _split_inputs(inputs, params)
+        extra = {} if params["channels"] is None else {"channels": params["channels"]}
         out = topi_compute(
             data,
             weight,
@@ -47,6 +48,7 @@ def wrap_compute(topi_compute):
             out_dtype=params["out_dtype"],
             activation=params["activation"],
             alpha=params["alpha"],
+            **extra,
         )
         return [out]
 
@@ -80,18 +82,15 @@ def _is_x86_llvm(target) -> bool:
 def fast_path_refusal(spec: KernelSpec, target) -> str | None:
     """Why the fast kernel does not apply to ``spec`` on ``target``, or None when it does.
 
-    The fallback cases: a non-x86 or non-llvm target; a dtype other than float32; Co not a
-    multiple of VL (the packed weight has whole VL-vectors of output channels); a tiny output
-    (fewer than MIN_OUTPUTS_PER_CORE values per core).
+    The fallback cases: a non-x86 or non-llvm target; a dtype other than float32; a tiny output
+    (fewer than MIN_OUTPUTS_PER_CORE values per core). Any Co and Ci are covered: a Co that is
+    not a multiple of VL is padded in the packed weight (see ``_pack_weight``).
     """
     if not _is_x86_llvm(target):
         return f"target {target} is not x86 llvm"
     dtypes = {spec.data.dtype, spec.weight.dtype, spec.out.dtype}
     if dtypes != {"float32"}:
         return f"dtypes {sorted(dtypes)} are not float32"
-    lanes = simd_lanes(target)
-    if spec.out_channels % lanes:
-        return f"Co={spec.out_channels} is not a multiple of VL={lanes}"
     outputs = 1
     for dim in spec.out.shape:
         outputs *= dim
@@ -125,16 +124,24 @@ def spec_of(attrs, tensors, out_type) -> KernelSpec:
 # -- compile-time weight packing -----------------------------------------------------------------
 @relay.op.op.register_alter_op_layout(OP_NAME)
 def _pack_weight(attrs, inputs, tinfos, out_type):
-    """HWIO -> ``OHWI{VL}o`` when the fast kernel applies (FoldConstant then folds the transform)."""
+    """HWIO -> ``OHWI{VL}o`` when the fast kernel applies, Co zero-padded to a multiple of VL
+    (FoldConstant then folds the pad and the transform)."""
     target = tvm.target.Target.current(allow_none=True)
     params = read_attrs(attrs)
     if target is None or params["kernel_layout"] != "HWIO":
         return None
     if fast_path_refusal(spec_of(attrs, tinfos, out_type), target):
         return None
-    layout = packing.packed_layout(simd_lanes(target))
-    weight = relay.layout_transform(inputs[1], "HWIO", layout)
-    new_attrs = make_attrs(**{**params, "kernel_layout": layout})
+    lanes = simd_lanes(target)
+    co = int(tinfos[1].shape[3])
+    co_pad = packing.padded_channels(co, lanes)
+    weight = inputs[1]
+    if co_pad != co:
+        weight = relay.nn.pad(weight, ((0, 0), (0, 0), (0, 0), (0, co_pad - co)))
+    layout = packing.packed_layout(lanes)
+    weight = relay.layout_transform(weight, "HWIO", layout)
+    channels = None if co_pad == co else co
+    new_attrs = make_attrs(**{**params, "kernel_layout": layout, "channels": channels})
     return relay.Call(relay.op.get(OP_NAME), [inputs[0], weight, *inputs[2:]], new_attrs)
 
 

@@ -1,0 +1,225 @@
+"""Per-layer benchmark (issue 3): conv + BN + ReLU, batch 1, fp32, ``common.THREADS`` threads.
+
+Each layer is an NCHW Relay graph ``conv2d -> batch_norm -> relu`` with seeded random weights
+and BN statistics, timed side by side in one run as: ``tvm_fuse.build``; stock ``relay.build``
+at opt_level 3 (NCHWc x86 schedules); stock TVM after ``ConvertLayout`` to NHWC; PyTorch jit
+(oneDNN) and ONNX Runtime on the equivalent ``Conv2d + BatchNorm2d + ReLU``. Every output is
+checked against stock TVM's; GFLOP/s and % of the measured FMA peak come with each time.
+
+    python benchmarks/bench_layers.py [--layers l1,seed] [--quick] [--json PATH] [--no-peers]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import common, fma_peak, peers  # noqa: E402  (common first: thread env)
+
+import numpy as np  # noqa: E402
+import tvm  # noqa: E402
+from tvm import relay  # noqa: E402
+
+import tvm_fuse  # noqa: E402
+
+BN_EPS = 1e-5
+PEERS = ("pytorch", "onnxruntime")
+IMPLS = ("tvm_fuse", "tvm_nchwc", "tvm_nhwc") + PEERS
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One conv layer: ``cin -> cout`` channels on an ``hw x hw`` map, square kernel."""
+
+    name: str
+    cin: int
+    cout: int
+    hw: int
+    kernel: int
+    stride: int
+    pad: int
+    batch: int = 1
+
+    @property
+    def out_hw(self) -> int:
+        return (self.hw + 2 * self.pad - self.kernel) // self.stride + 1
+
+    @property
+    def gflop(self) -> float:
+        """Multiply-adds count twice; BN and ReLU are not counted."""
+        macs = self.batch * self.cout * self.out_hw**2 * self.cin * self.kernel**2
+        return 2 * macs / 1e9
+
+    @property
+    def data_shape(self) -> tuple[int, int, int, int]:
+        return (self.batch, self.cin, self.hw, self.hw)
+
+
+LAYERS = {
+    layer.name: layer
+    for layer in [
+        Layer("stem", 3, 64, 224, 7, 2, 3),
+        Layer("l1", 64, 64, 56, 3, 1, 1),
+        Layer("seed", 64, 128, 56, 3, 2, 1),
+        Layer("l2", 128, 128, 28, 3, 1, 1),
+        Layer("l3", 256, 256, 14, 3, 1, 1),
+        Layer("l4", 512, 512, 7, 3, 1, 1),
+        Layer("down", 64, 128, 56, 1, 2, 0),
+    ]
+}
+
+
+# -- the layer in each framework -----------------------------------------------------------
+def layer_arrays(layer: Layer, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded input, conv weight (OIHW) and BN statistics of ``layer``."""
+    rng = np.random.default_rng(seed)
+    co = layer.cout
+    fan_in = layer.cin * layer.kernel**2
+    shape = (co, layer.cin, layer.kernel, layer.kernel)
+    arrays = {
+        "data": rng.standard_normal(layer.data_shape),
+        "weight": rng.standard_normal(shape) / np.sqrt(fan_in),
+        "gamma": rng.uniform(0.5, 1.5, co),
+        "beta": rng.normal(0.0, 0.1, co),
+        "mean": rng.normal(0.0, 0.1, co),
+        "var": rng.uniform(0.5, 1.5, co),
+    }
+    return {name: np.ascontiguousarray(a, dtype="float32") for name, a in arrays.items()}
+
+
+def relay_layer(layer: Layer, arrays: dict[str, np.ndarray]) -> tuple[tvm.IRModule, dict]:
+    """The NCHW Relay graph conv2d -> batch_norm -> relu and its params."""
+    names = ("weight", "gamma", "beta", "mean", "var")
+    v = {n: relay.var(n, shape=arrays[n].shape, dtype="float32") for n in ("data",) + names}
+    conv = relay.nn.conv2d(
+        v["data"],
+        v["weight"],
+        strides=(layer.stride, layer.stride),
+        padding=(layer.pad, layer.pad),
+        channels=layer.cout,
+        kernel_size=(layer.kernel, layer.kernel),
+    )
+    bn = relay.nn.batch_norm(conv, v["gamma"], v["beta"], v["mean"], v["var"], epsilon=BN_EPS)
+    out = relay.nn.relu(bn[0])
+    mod = tvm.IRModule.from_expr(relay.Function(list(v.values()), out))
+    params = {n: tvm.nd.array(arrays[n]) for n in names}
+    return relay.transform.InferType()(mod), params
+
+
+def torch_layer(layer: Layer, arrays: dict[str, np.ndarray]):
+    """``Conv2d(bias=False) + BatchNorm2d + ReLU`` holding the same weights, in eval mode."""
+    import torch  # pylint: disable=import-outside-toplevel
+
+    conv = torch.nn.Conv2d(layer.cin, layer.cout, layer.kernel, layer.stride, layer.pad, bias=False)
+    bn = torch.nn.BatchNorm2d(layer.cout, eps=BN_EPS)
+    with torch.no_grad():
+        conv.weight.copy_(torch.from_numpy(arrays["weight"]))
+        bn.weight.copy_(torch.from_numpy(arrays["gamma"]))
+        bn.bias.copy_(torch.from_numpy(arrays["beta"]))
+        bn.running_mean.copy_(torch.from_numpy(arrays["mean"]))
+        bn.running_var.copy_(torch.from_numpy(arrays["var"]))
+    return torch.nn.Sequential(conv, bn, torch.nn.ReLU()).eval()
+
+
+# -- one layer, every implementation -------------------------------------------------------
+def bench_layer(layer: Layer, target, cfg: common.TimingConfig, impls=IMPLS) -> dict:
+    """Time the implementations ``impls`` on ``layer``: name -> ``common.Result``."""
+    arrays = layer_arrays(layer)
+    mod, params = relay_layer(layer, arrays)
+    preps = peers.implementations(
+        mod, params, arrays["data"], target, lambda: torch_layer(layer, arrays), impls
+    )
+    return common.run_case(preps, reference="tvm_nchwc", cfg=cfg)
+
+
+def layer_record(layer: Layer, results: dict[str, common.Result], peak: float) -> dict:
+    record = common.case_record(results, ("tvm_nchwc", "tvm_nhwc"), layer.gflop, peak)
+    return {"layer": asdict(layer), "gflop": layer.gflop, **record}
+
+
+# -- report --------------------------------------------------------------------------------
+def print_report(records: list[dict], peak: dict) -> None:
+    rows = []
+    for rec in records:
+        for name, res in rec["results"].items():
+            status = common.status(res)
+            rows.append(
+                [rec["layer"]["name"], name, res["ms"], res.get("gflops"), res.get("pct_peak")]
+                + [res["build_s"], status]
+            )
+    common.print_table(
+        ["layer", "impl", "ms", "GFLOP/s", "% peak", "build s", "check"],
+        rows,
+        title=f"\nconv+BN+ReLU, batch 1, fp32, {common.THREADS} threads; "
+        f"peak {peak['gflops_all']:.1f} GFLOP/s",
+    )
+    summary = [
+        [rec["layer"]["name"], rec["gflop"], rec["best_peer"]] + list(rec["ratios"].values())
+        for rec in records
+    ]
+    common.print_table(
+        ["layer", "GFLOP", "best peer", "fuse/best", "fuse/NCHWc", "fuse/NHWC", "build fuse/NCHWc"],
+        summary,
+        title="\nratios of tvm_fuse's time (< 1: tvm_fuse faster)",
+    )
+
+
+def run(
+    layers: list[Layer],
+    cfg: common.TimingConfig,
+    json_path=None,
+    impls=IMPLS,
+    quick_peak: bool = False,
+    warm_up: bool = True,
+) -> dict:
+    """Benchmark ``impls`` on ``layers``; print the tables, write JSON if ``json_path``.
+
+    Returns the JSON payload. ``warm_up`` does one throw-away build first, so that the first
+    layer's build time does not include TVM's start-up. The FMA peak is measured before and
+    after the layers and the better figure kept (other load on the machine only lowers it).
+    """
+    target = tvm_fuse.host_target()
+    common.print_peer_notes(impls)
+    before = fma_peak.fma_peak(target, quick=quick_peak)
+    if warm_up:
+        common.warm_up_tvm(target)
+    results = []
+    for layer in layers:
+        print(f"layer {layer.name}: {layer}")
+        results.append(bench_layer(layer, target, cfg, impls))
+    peak = fma_peak.best_peak(before, fma_peak.fma_peak(target, quick=quick_peak))
+    fma_peak.print_peak(peak)
+    records = [layer_record(l, r, peak["gflops_all"]) for l, r in zip(layers, results)]
+    print_report(records, peak)
+    payload = {
+        "machine": common.machine_info(),
+        "timing": asdict(cfg),
+        "fma_peak": peak,
+        "layers": records,
+        "ok": all(rec["ok"] for rec in records),
+    }
+    common.finish(payload, json_path)
+    return payload
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", default=",".join(LAYERS), help="comma-separated names")
+    parser.add_argument("--quick", action="store_true", help="few short repeats")
+    parser.add_argument("--no-peers", action="store_true", help="TVM implementations only")
+    parser.add_argument("--json", default=str(common.RESULTS / "layers.json"))
+    args = parser.parse_args(argv)
+    layers = [LAYERS[name] for name in common.select(parser, args.layers, LAYERS)]
+    cfg = common.QUICK if args.quick else common.FULL
+    impls = IMPLS[:3] if args.no_peers else IMPLS
+    payload = run(layers, cfg, args.json, impls, quick_peak=args.quick)
+    return 0 if payload["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,278 @@
+"""Whole-model benchmark (issue 4): ResNet-18/50, batch 1, fp32, ``common.THREADS`` threads.
+
+The networks are ``tvm.relay.testing.resnet.get_workload`` (pre-activation ResNet v2 with a BN
+on the input) with seeded random BN statistics and biases (``tvm_fuse.models.zoo_workload``), so
+that BN folding is really exercised. They
+run as ``tvm_fuse.build`` and stock ``relay.build`` at opt_level 3; PyTorch jit and ONNX Runtime
+run ``TorchResNet``, a PyTorch network that mirrors relay.testing's structure layer by layer
+and holds the very same weights, so all outputs are checked against stock TVM's.
+
+    python benchmarks/bench_models.py [--models resnet-18,resnet-50] [--quick] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import common, peers  # noqa: E402  (common first: thread env)
+
+import numpy as np  # noqa: E402
+import tvm  # noqa: E402
+from tvm.contrib.debugger import debug_executor  # noqa: E402
+import tvm_fuse  # noqa: E402
+from tvm_fuse import models  # noqa: E402
+
+MODELS = {"resnet-18": 18, "resnet-50": 50}
+IMPLS = ("tvm_fuse", "tvm_nchwc", "pytorch", "onnxruntime")
+BN_EPS = 2e-5  # relay.testing.resnet's epsilon
+INPUT_SHAPE = (1, 3, 224, 224)
+
+
+# -- the equivalent PyTorch network --------------------------------------------------------
+def torch_resnet(num_layers: int, params: dict):
+    """``TorchResNet`` for ``num_layers`` with ``params`` (relay.testing names) loaded."""
+    import torch  # pylint: disable=import-outside-toplevel
+
+    nn = torch.nn
+
+    def conv(cin, cout, k, stride, pad):
+        return nn.Conv2d(cin, cout, k, stride, pad, bias=False)
+
+    class Unit(nn.Module):
+        """relay.testing's residual_unit: BN-ReLU first, shortcut conv on the activation."""
+
+        def __init__(self, cin, filters, stride, dim_match, bottle_neck):
+            super().__init__()
+            mid = filters // 4 if bottle_neck else filters
+            self.bn1 = nn.BatchNorm2d(cin, eps=BN_EPS)
+            if bottle_neck:
+                convs = [conv(cin, mid, 1, stride, 0), conv(mid, mid, 3, 1, 1)]
+                convs.append(conv(mid, filters, 1, 1, 0))
+            else:
+                convs = [conv(cin, mid, 3, stride, 1), conv(mid, filters, 3, 1, 1)]
+            layers = []
+            for i, c in enumerate(convs):
+                if i:
+                    layers += [nn.BatchNorm2d(c.in_channels, eps=BN_EPS), nn.ReLU()]
+                layers.append(c)
+            self.body = nn.Sequential(*layers)
+            self.dim_match = dim_match
+            self.sc = nn.Identity() if dim_match else conv(cin, filters, 1, stride, 0)
+
+        def forward(self, x):
+            act1 = torch.relu(self.bn1(x))
+            shortcut = x if self.dim_match else self.sc(act1)
+            return self.body(act1) + shortcut
+
+        def named_for_relay(self, prefix):
+            convs = [m for m in self.body if isinstance(m, nn.Conv2d)]
+            bns = [self.bn1] + [m for m in self.body if isinstance(m, nn.BatchNorm2d)]
+            named = {f"{prefix}_conv{i + 1}": c for i, c in enumerate(convs)}
+            named.update({f"{prefix}_bn{i + 1}": b for i, b in enumerate(bns)})
+            if not self.dim_match:
+                named[f"{prefix}_sc"] = self.sc
+            return named
+
+    class TorchResNet(nn.Module):
+        """relay.testing.resnet.resnet for 224x224 inputs, in PyTorch."""
+
+        def __init__(self, units, filters, bottle_neck, classes=1000):
+            super().__init__()
+            self.bn_data = nn.BatchNorm2d(3, eps=BN_EPS, affine=True)  # scale=False: gamma=1
+            self.conv0 = conv(3, filters[0], 7, 2, 3)
+            self.bn0 = nn.BatchNorm2d(filters[0], eps=BN_EPS)
+            self.pool = nn.MaxPool2d(3, 2, 1)
+            self.units = units
+            stages, cin = [], filters[0]
+            for i, count in enumerate(units):
+                for j in range(count):
+                    stride = 1 if i == 0 or j else 2
+                    stages.append(Unit(cin, filters[i + 1], stride, j > 0, bottle_neck))
+                    cin = filters[i + 1]
+            self.stages = nn.Sequential(*stages)
+            self.bn1 = nn.BatchNorm2d(cin, eps=BN_EPS)
+            self.fc1 = nn.Linear(cin, classes)
+
+        def named_for_relay(self):
+            """relay.testing's name prefix -> the module holding that layer's params."""
+            named = {"bn_data": self.bn_data, "conv0": self.conv0, "bn0": self.bn0}
+            named.update({"bn1": self.bn1, "fc1": self.fc1})
+            stages = iter(self.stages)
+            for i, count in enumerate(self.units):
+                for j in range(count):
+                    named.update(next(stages).named_for_relay(f"stage{i + 1}_unit{j + 1}"))
+            return named
+
+        def forward(self, x):
+            x = self.pool(torch.relu(self.bn0(self.conv0(self.bn_data(x)))))
+            x = torch.relu(self.bn1(self.stages(x)))
+            x = torch.flatten(torch.mean(x, dim=(2, 3), keepdim=True), 1)
+            return torch.softmax(self.fc1(x), dim=1)
+
+    units = {18: [2, 2, 2, 2], 50: [3, 4, 6, 3]}[num_layers]
+    if num_layers >= 50:
+        net = TorchResNet(units, [64, 256, 512, 1024, 2048], True)
+    else:
+        net = TorchResNet(units, [64, 64, 128, 256, 512], False)
+    load_relay_params(net.named_for_relay(), params)
+    return net.eval()
+
+
+#: relay.testing parameter suffix -> attribute of the PyTorch module holding it.
+TORCH_ATTRS = {
+    "_weight": "weight",
+    "_bias": "bias",
+    "_gamma": "weight",
+    "_beta": "bias",
+    "_moving_mean": "running_mean",
+    "_moving_var": "running_var",
+}
+
+
+def load_relay_params(modules: dict, params: dict) -> None:
+    """Copy every relay.testing param into ``modules[prefix].<attr>``; all must be used."""
+    import torch  # pylint: disable=import-outside-toplevel
+
+    unused = set(params)
+    with torch.no_grad():
+        for prefix, module in modules.items():
+            for suffix, attr in TORCH_ATTRS.items():
+                name = prefix + suffix
+                if name in params:
+                    getattr(module, attr).copy_(torch.from_numpy(params[name].numpy()))
+                    unused.discard(name)
+        modules["bn_data"].weight.fill_(1.0)  # relay.testing: bn_data has scale=False
+    unused.discard("bn_data_gamma")
+    if unused:
+        raise ValueError(f"TorchResNet: relay params without a PyTorch home: {sorted(unused)}")
+
+
+# -- one model -----------------------------------------------------------------------------
+def fused_kernels(mod, params) -> dict:
+    """How many fused kernels tvm_fuse makes, by op chain and by epilogue."""
+    specs = tvm_fuse.describe(tvm_fuse.optimize(mod, params))
+    return {
+        "count": len(specs),
+        "by_ops": dict(collections.Counter(" + ".join(s.ops) for s in specs)),
+        "by_epilogue": dict(collections.Counter(s.epilogue for s in specs)),
+    }
+
+
+def profile(mod, params, data, target, top: int) -> list[dict]:
+    """The ``top`` slowest kernels of ``tvm_fuse.build`` by TVM's debug executor (ms each)."""
+    lib = tvm_fuse.build(mod, params=params, target=target)
+    graph = lib.get_graph_json()
+    with tempfile.TemporaryDirectory() as tmp:
+        dbg = debug_executor.create(graph, lib.get_lib(), tvm.cpu(), dump_root=tmp)
+        dbg.set_input(**lib.get_params())
+        dbg.set_input("data", data)
+        times = dbg.run_individual(number=5, repeat=3, min_repeat_ms=50)
+    nodes = json.loads(graph)["nodes"]
+    kernels = [
+        {"node": node["name"], "ms": float(np.median(runs)) * 1e3}
+        for node, runs in zip(nodes, times)
+        if node["op"] == "tvm_op"
+    ]
+    return sorted(kernels, key=lambda k: -k["ms"])[:top]
+
+
+def bench_model(name: str, target, cfg: common.TimingConfig, impls=IMPLS, top: int = 0) -> dict:
+    """Time ``impls`` on one model; ``top`` > 0 adds tvm_fuse's slowest kernels."""
+    num_layers = MODELS[name]
+    mod, params = models.zoo_workload(name)  # relay.testing's, BN statistics redrawn
+    data = np.random.default_rng(1).standard_normal(INPUT_SHAPE).astype("float32")
+    preps = peers.implementations(
+        mod, params, data, target, lambda: torch_resnet(num_layers, params), impls
+    )
+    results = common.run_case(preps, reference="tvm_nchwc", cfg=cfg)
+    record = {"model": name, **common.case_record(results, ("tvm_nchwc", "onnxruntime"))}
+    record["fused_kernels"] = _or_error("describe", lambda: fused_kernels(mod, params))
+    if top:
+        record["profile_tvm_fuse"] = _or_error(
+            "profile", lambda: profile(mod, params, data, target, top)
+        )
+    return record
+
+
+def _or_error(what: str, fn):
+    try:
+        return fn()
+    except Exception as err:  # pylint: disable=broad-except  # reported, not fatal
+        print(f"  !! {what} FAILED: {type(err).__name__}: {err}")
+        return {"error": f"{type(err).__name__}: {err}"}
+
+
+# -- report --------------------------------------------------------------------------------
+def print_report(records: list[dict]) -> None:
+    rows = []
+    for rec in records:
+        for name, res in rec["results"].items():
+            status = common.status(res)
+            rows.append([rec["model"], name, res["ms"], res["min_ms"], res["build_s"], status])
+    common.print_table(
+        ["model", "impl", "median ms", "min ms", "compile s", "check"],
+        rows,
+        title=f"\nwhole models, batch 1, fp32, {common.THREADS} threads",
+    )
+    summary = []
+    for rec in records:
+        kernels = rec["fused_kernels"]
+        epilogues = "; ".join(f"{n}x {e}" for e, n in kernels.get("by_epilogue", {}).items())
+        summary.append(
+            [rec["model"], rec["best_peer"]]
+            + list(rec["ratios"].values())
+            + [kernels.get("count", "ERROR"), epilogues]
+        )
+    common.print_table(
+        ["model", "best peer", "fuse/best", "fuse/NCHWc", "fuse/ORT", "compile fuse/NCHWc"]
+        + ["fused", "epilogues"],
+        summary,
+        title="\nratios of tvm_fuse's time (< 1: tvm_fuse faster); fused kernels",
+    )
+    for rec in records:
+        for k in rec.get("profile_tvm_fuse") or []:
+            if "node" in k:
+                print(f"  {rec['model']} {k['ms']:8.3f} ms  {k['node']}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated names")
+    parser.add_argument("--quick", action="store_true", help="few short repeats")
+    parser.add_argument("--no-peers", action="store_true", help="TVM implementations only")
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also print tvm_fuse's N slowest kernels (debug executor)",
+    )
+    parser.add_argument("--json", default=str(common.RESULTS / "models.json"))
+    args = parser.parse_args(argv)
+    names = common.select(parser, args.models, MODELS)
+    cfg = common.QUICK if args.quick else common.TimingConfig(min_repeat_ms=500, repeat=10)
+    target = tvm_fuse.host_target()
+    impls = IMPLS[:2] if args.no_peers else IMPLS
+    common.print_peer_notes(impls)
+    common.warm_up_tvm(target)
+    records = []
+    for name in names:
+        print(f"model {name}")
+        records.append(bench_model(name, target, cfg, impls, args.profile))
+    print_report(records)
+    payload = {"machine": common.machine_info(), "timing": asdict(cfg), "models": records}
+    payload["ok"] = all(rec["ok"] for rec in records)
+    return common.finish(payload, args.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

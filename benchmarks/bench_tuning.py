@@ -1,0 +1,112 @@
+"""Analytic default vs AutoTVM-tuned fused kernel, per layer of the layer benchmark (issue 7).
+
+For each layer of ``bench_layers.LAYERS``: tune the fused kernel with ``tvm_fuse.tune`` for a
+fixed budget (``--trials``, 64 by default; local measurement), then time, interleaved and
+checked against stock TVM, three builds: stock TVM NCHWc (the reference), tvm_fuse with the
+analytic default, tvm_fuse with the tuned records. Reports the gain of tuning per layer and
+whether the default is within 15 % of the tuned best (issue 7's target). The full run takes
+long (seven layers x 64 measurements); ``--trials 16 --layers l2,l4`` is a short one.
+
+    python benchmarks/bench_tuning.py [--trials N] [--layers l2,l4] [--quick] [--log PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import bench_layers, common  # noqa: E402  (common pins the thread env)
+
+import tvm_fuse  # noqa: E402
+
+IMPLS = ("tvm_nchwc", "default", "tuned")
+#: Issue 7: the analytic default within this fraction of the tuned best.
+DEFAULT_SLACK = 0.15
+
+
+def tune_layer(layer, mod, params, target, trials: int, log: Path) -> None:
+    """Append ``trials`` measurements of the layer's fused kernel to ``log``."""
+    runner = tvm_fuse.tuning.local_runner(number=5, repeat=3, timeout=10)
+    tvm_fuse.tune(mod, params, log_file=log, n_trial=trials, runner=runner, target=target)
+
+
+def bench(layer, target, cfg, trials: int, log: Path) -> dict:
+    """``common.run_case`` of the three builds on ``layer`` (tuned first)."""
+    mod, params = bench_layers.relay_layer(layer, bench_layers.layer_arrays(layer))
+    data = bench_layers.layer_arrays(layer)["data"]
+    tune_layer(layer, mod, params, target, trials, log)
+    builds = {
+        "tvm_nchwc": lambda: common.build_stock(mod, params, target),
+        "default": lambda: tvm_fuse.build(mod, params, target),
+        "tuned": lambda: tvm_fuse.build(mod, params, target, tuning_records=str(log)),
+    }
+    preparers = {
+        name: (lambda build=build: common.TvmRunner(build(), {"data": data}))
+        for name, build in builds.items()
+    }
+    return common.run_case(preparers, reference="tvm_nchwc", cfg=cfg)
+
+
+def record(layer, results) -> dict:
+    default, tuned, stock = (results[n].ms for n in IMPLS[1:] + IMPLS[:1])
+    gain = default / tuned if default and tuned else None
+    return {
+        "layer": layer.name,
+        "gflop": layer.gflop,
+        "impls": {name: results[name].to_dict(layer.gflop) for name in IMPLS},
+        "gain": gain,
+        "default_within_15pct": bool(gain and gain <= 1 + DEFAULT_SLACK),
+        "tuned_beats_stock": bool(tuned and stock and tuned < stock),
+    }
+
+
+def print_report(records: list[dict], trials: int) -> None:
+    rows = [
+        [
+            r["layer"],
+            *(r["impls"][name]["ms"] for name in IMPLS),
+            r["gain"],
+            "yes" if r["default_within_15pct"] else "NO",
+            "yes" if r["tuned_beats_stock"] else "NO",
+        ]
+        for r in records
+    ]
+    headers = ["layer", "stock NCHWc ms", "default ms", "tuned ms", "gain", "default<=15%"]
+    common.print_table(headers + ["tuned<stock"], rows, f"tuning, {trials} trials per layer")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=64, help="measurements per layer (64)")
+    layers = bench_layers.LAYERS
+    parser.add_argument("--layers", default=",".join(layers), help="comma-separated names")
+    parser.add_argument("--quick", action="store_true", help="few short timing repeats")
+    parser.add_argument("--log", default=str(common.RESULTS / "tuning.log"), help="AutoTVM log")
+    parser.add_argument("--json", default=str(common.RESULTS / "tuning.json"))
+    args = parser.parse_args(argv)
+    chosen = [layers[name] for name in common.select(parser, args.layers, layers)]
+    cfg = common.QUICK if args.quick else common.FULL
+    target = tvm_fuse.host_target()
+    log = Path(args.log)
+    log.unlink(missing_ok=True)  # one budget per run: no records of an earlier run
+    records = []
+    for layer in chosen:
+        print(f"== {layer.name}")
+        records.append(record(layer, bench(layer, target, cfg, args.trials, log)))
+    print_report(records, args.trials)
+    checks = [r["impls"][n]["check"] for r in records for n in IMPLS[1:]]
+    payload = {
+        "machine": common.machine_info(),
+        "trials": args.trials,
+        "layers": records,
+        "ok": all(c and c.get("ok") for c in checks),
+    }
+    return common.finish(payload, args.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""The machine's fp32 FMA peak, measured with a register-resident FMA microkernel built by TVM.
+
+The kernel is a TE reduction whose combiner is one fused multiply-add, ``acc = acc * v + v``,
+over ``steps`` iterations, on ``accumulators`` independent vectors of the target's lane count
+(8 fp32 on AVX2, 16 on AVX-512). Each accumulator starts from its own value (the reduction's
+``init``) so LLVM cannot merge the chains; ``v`` is one vector register shared by all of them,
+so the inner loop is nothing but ``accumulators`` independent ``vfmadd`` on registers, enough
+of them to hide the FMA latency. The parallel variant runs one chunk per core.
+With ``v = 0.5`` every accumulator converges to 1.0, which ``measure`` checks.
+
+Run ``python benchmarks/fma_peak.py`` to print the peak on 1 core and on all cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import re
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import common  # noqa: E402  (sets TVM_NUM_THREADS before tvm is imported)
+
+import numpy as np  # noqa: E402
+import tvm  # noqa: E402
+from tvm import te  # noqa: E402
+
+import tvm_fuse  # noqa: E402
+
+#: FLOP per cycle per core of 2 x 256-bit FMA pipes (Zen 3, and Zen 4's double-pumped AVX-512).
+ZEN_FLOP_PER_CYCLE = 32
+
+
+def vector_lanes(target) -> int:
+    """fp32 SIMD lanes of ``target`` (8 on AVX2, 16 on AVX-512, 4 otherwise)."""
+    with tvm.target.Target(target):
+        return tvm.target.x86.get_simd_32bit_lanes()
+
+
+def default_accumulators(lanes: int) -> int:
+    """Vector registers minus a few for ``v`` and loop state: 12 of 16 ymm, 28 of 32 zmm."""
+    return (32 if lanes >= 16 else 16) - 4
+
+
+@functools.lru_cache(maxsize=None)
+def fma_kernel(target: str, chunks: int, accumulators: int, lanes: int, steps: int):
+    """Build the microkernel (once); ``chunks`` > 1 runs in parallel. Returns (module, flops)."""
+    fma = te.comm_reducer(lambda acc, v: acc * v + v, lambda t: tvm.tir.const(0, t), name="fma")
+    v = te.placeholder((lanes,), name="v")
+    init = te.placeholder((chunks, accumulators, lanes), name="init")
+    k = te.reduce_axis((0, steps), name="k")
+    out = te.compute(
+        (chunks, accumulators, lanes),
+        lambda p, j, l: fma(v[l], axis=k, init=init[p, j, l]),
+        name="out",
+    )
+    sched = te.create_schedule(out.op)
+    p, j, l = sched[out].op.axis
+    sched[out].reorder(p, k, j, l)
+    sched[out].unroll(j)
+    sched[out].vectorize(l)
+    if chunks > 1:
+        sched[out].parallel(p)
+    module = tvm.build(sched, [v, init, out], target, name="fma_peak")
+    return module, 2 * chunks * accumulators * lanes * steps
+
+
+def fma_count(module) -> int:
+    """Number of vector FMA instructions in the module's assembly."""
+    return len(re.findall(r"\bvfn?m(?:add|sub)\d{3}ps\b", module.get_source("asm")))
+
+
+def measure(target=None, chunks: int = 1, steps: int = 1 << 18, repeat: int = 10) -> dict:
+    """GFLOP/s of the microkernel on ``chunks`` cores: best and median of ``repeat`` runs."""
+    target = tvm_fuse.host_target() if target is None else tvm.target.Target(target)
+    lanes = vector_lanes(target)
+    accumulators = default_accumulators(lanes)
+    module, flops = fma_kernel(str(target), chunks, accumulators, lanes, steps)
+    dev = tvm.cpu()
+    shape = (chunks, accumulators, lanes)
+    init = np.linspace(0, 1, np.prod(shape), dtype="float32").reshape(shape)
+    args = [
+        tvm.nd.array(np.full((lanes,), 0.5, "float32"), dev),
+        tvm.nd.array(init, dev),
+        tvm.nd.empty(shape, "float32", dev),
+    ]
+    evaluator = module.time_evaluator(
+        module.entry_name, dev, number=1, repeat=repeat, min_repeat_ms=10
+    )
+    seconds = evaluator(*args).results
+    if not np.allclose(args[2].numpy(), 1.0, atol=1e-3):
+        raise RuntimeError("fma_peak: the microkernel did not converge to 1.0; wrong kernel")
+    return {
+        "cores": chunks,
+        "lanes": lanes,
+        "accumulators": accumulators,
+        "fma_instructions": fma_count(module),
+        "gflops": flops / min(seconds) / 1e9,
+        "gflops_median": flops / float(np.median(seconds)) / 1e9,
+    }
+
+
+def cpu_mhz() -> float | None:
+    """The current clock of core 0 from /proc/cpuinfo (None where that file does not exist)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    found = re.search(r"cpu MHz\s*:\s*([\d.]+)", text)
+    return float(found.group(1)) if found else None
+
+
+def fma_peak(target=None, cores: int = common.THREADS, quick: bool = False) -> dict:
+    """The FMA peak on 1 core and on ``cores`` cores, with a FLOP/cycle sanity figure.
+
+    ``gflops_all`` is the figure the benchmarks divide by for "% of peak". Best of the repeats
+    (other load on the machine only ever makes it lower).
+    """
+    steps, repeat = (1 << 14, 3) if quick else (1 << 16, 40)
+    one = measure(target, chunks=1, steps=steps, repeat=repeat)
+    every = measure(target, chunks=cores, steps=steps, repeat=repeat)
+    mhz = cpu_mhz()
+    return {
+        "gflops_1core": one["gflops"],
+        "gflops_all": every["gflops"],
+        "cores": cores,
+        "lanes": one["lanes"],
+        "accumulators": one["accumulators"],
+        "fma_instructions": one["fma_instructions"],
+        "cpu_mhz": mhz,
+        "flop_per_cycle_1core": one["gflops"] * 1e3 / mhz if mhz else None,
+        "expected_flop_per_cycle_zen": ZEN_FLOP_PER_CYCLE,
+        "runs": [one, every],
+    }
+
+
+def best_peak(*peaks: dict) -> dict:
+    """Several ``fma_peak`` measurements as one: the best figure of each kind."""
+    best = dict(peaks[0])
+    for key in ("gflops_1core", "gflops_all", "flop_per_cycle_1core"):
+        values = [p[key] for p in peaks if p[key] is not None]
+        best[key] = max(values) if values else None
+    best["runs"] = [run for p in peaks for run in p["runs"]]
+    return best
+
+
+def print_peak(peak: dict) -> None:
+    per_cycle = peak["flop_per_cycle_1core"]
+    sanity = f"{per_cycle:.1f} FLOP/cycle/core at {peak['cpu_mhz']:.0f} MHz" if per_cycle else ""
+    print(
+        f"FMA peak (fp32, {peak['lanes']} lanes, {peak['accumulators']} accumulators): "
+        f"{peak['gflops_1core']:.1f} GFLOP/s on 1 core, {peak['gflops_all']:.1f} GFLOP/s on "
+        f"{peak['cores']} cores; {sanity} (Zen 3/4: {ZEN_FLOP_PER_CYCLE})"
+    )
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short runs (smoke test)")
+    parser.add_argument("--json", help="also write the figures to this JSON file")
+    args = parser.parse_args(argv)
+    peak = fma_peak(quick=args.quick)
+    print_peak(peak)
+    if args.json:
+        common.write_json(args.json, {"machine": common.machine_info(), "fma_peak": peak})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""Smoke tests of the benchmark harness: one tiny layer, TVM only, and the FMA microkernel.
+
+Timings are never asserted (the machines are shared and noisy); the JSON layout, the
+correctness checks and the FMA kernel's assembly are.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # ``benchmarks`` is a folder of the repo, not an installed package
+    sys.path.insert(0, str(REPO))
+
+from benchmarks import bench_layers, common, fma_peak  # noqa: E402
+
+TINY = bench_layers.Layer("tiny", 16, 16, 8, 3, 1, 1)
+RESULT_KEYS = {"ms", "min_ms", "runs_ms", "build_s", "check", "error", "skipped"}
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    path = tmp_path_factory.mktemp("bench") / "layers.json"
+    impls = ("tvm_fuse", "tvm_nchwc")  # no peers, no NHWC: keep it fast
+    payload = bench_layers.run([TINY], common.QUICK, path, impls, quick_peak=True, warm_up=False)
+    return payload, json.loads(path.read_text())
+
+
+def test_layer_json_has_every_implementation_and_ratio(tiny_run):
+    payload, on_disk = tiny_run
+    assert set(on_disk) == {"machine", "timing", "fma_peak", "layers", "ok"}
+    (record,) = on_disk["layers"]
+    assert record["layer"]["name"] == "tiny"
+    assert record["gflop"] == pytest.approx(2 * 16 * 8 * 8 * 16 * 9 / 1e9)
+    assert set(record["results"]) == {"tvm_fuse", "tvm_nchwc"}
+    for res in record["results"].values():
+        assert RESULT_KEYS <= set(res)
+        assert res["ms"] > 0 and res["build_s"] > 0 and res["gflops"] > 0
+    assert set(record["ratios"]) == {
+        "tvm_fuse/best_peer",
+        "tvm_fuse/tvm_nchwc",
+        "tvm_fuse/tvm_nhwc",
+        "build tvm_fuse/tvm_nchwc",
+    }
+    assert record["ratios"]["tvm_fuse/tvm_nhwc"] is None  # not run
+    ratios = [record["ratios"][k] for k in ("tvm_fuse/best_peer", "tvm_fuse/tvm_nchwc")]
+    assert ratios[0] == ratios[1] > 0  # stock TVM is the only peer
+    assert record["ratios"]["build tvm_fuse/tvm_nchwc"] > 0
+    assert payload["layers"][0]["best_peer"] == "tvm_nchwc"
+
+
+def test_layer_outputs_match_stock_tvm(tiny_run):
+    _, on_disk = tiny_run
+    results = on_disk["layers"][0]["results"]
+    assert results["tvm_nchwc"]["check"] is None  # the reference
+    check = results["tvm_fuse"]["check"]
+    assert check["ok"], check
+    assert check["max_abs_ref"] > 0
+    assert on_disk["ok"] is True
+
+
+def test_check_close_flags_a_wrong_output(capsys):
+    ref = np.linspace(-1.0, 1.0, 64).reshape(4, 16)
+    assert common.check_close("same", ref.astype("float32"), ref)["ok"]
+    wrong = ref.copy()
+    wrong[2, 3] += 1e-3
+    assert not common.check_close("wrong", wrong, ref)["ok"]
+    assert "CHECK FAILED wrong" in capsys.readouterr().out
+    assert not common.check_close("shape", ref.T, ref)["ok"]
+
+
+def test_fma_microkernel_is_fma_and_positive():
+    target = common.tvm_fuse.host_target()
+    lanes = fma_peak.vector_lanes(target)
+    accumulators = fma_peak.default_accumulators(lanes)
+    result = fma_peak.measure(target, chunks=1, steps=1 << 12, repeat=2)
+    assert result["gflops"] > 0
+    assert result["lanes"] == lanes
+    assert result["fma_instructions"] >= accumulators  # every accumulator has its own FMA

@@ -1,0 +1,107 @@
+"""``tvm_fuse.explain``: the reasons it gives for what the pipeline left alone (no LLVM build)."""
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relay
+
+from tvm_fuse import examples, explain
+from tvm_fuse.pipeline import describe, optimize
+
+
+def _const(shape, dtype="float32", value=None, rng=None):
+    data = np.full(shape, value) if value is not None else rng.uniform(0.5, 1.5, shape)
+    return relay.const(data.astype(dtype))
+
+
+def _bn(x, rng):
+    gamma, beta, mean, var = (_const((16,), rng=rng) for _ in range(4))
+    return relay.nn.batch_norm(x, gamma, beta, mean, var)[0]
+
+
+def _module(body, *inputs):
+    return tvm.IRModule.from_expr(relay.Function(list(inputs), body))
+
+
+def _data(dtype="float32"):
+    return relay.var("data", shape=(1, 16, 8, 8), dtype=dtype)
+
+
+def _leftovers(mod, params=None):
+    return [(item.op, item.reason) for item in explain.leftovers(optimize(mod, params))]
+
+
+def test_the_seed_example_leaves_nothing_unfused():
+    mod, params = examples.seed_example()
+    report = explain.explain(mod, params, memory=False)
+    assert [str(spec) for spec in report.kernels] == [
+        str(s) for s in describe(optimize(mod, params))
+    ]
+    assert report.paths == ["fast x86 kernel (conv2d_nhwc_fused.x86)"]
+    assert report.leftovers == []
+    assert report.transforms == [
+        "NCHW -> NHWC [1, 64, 56, 56] of graph input 'data'",
+        "NHWC -> NCHW [1, 28, 28, 128] of tvm_fuse.conv2d_nhwc_fused",
+    ]
+    text = str(report)
+    assert "op:        conv2d + bias + relu" in text and "unfused (0)" in text
+
+
+def test_unbound_params_are_non_constant_parameters():
+    mod, _ = examples.conv_bn_act(data_shape=(1, 16, 8, 8), channels=16)
+    ((op, reason),) = _leftovers(mod)
+    assert op == "nn.batch_norm"
+    assert reason.startswith("non-constant parameters (gamma, beta, mean, var, conv weight)")
+
+
+@pytest.mark.parametrize("groups, kind", [(16, "depthwise"), (4, "grouped")])
+def test_grouped_convs_are_left_with_their_groups(groups, kind):
+    mod, params = examples.conv_bn_act(data_shape=(1, 16, 8, 8), channels=16, groups=groups)
+    assert _leftovers(mod, params) == [
+        ("nn.conv2d", f"groups={groups} ({kind} conv): the fused kernel needs groups=1")
+    ]
+
+
+def test_a_conv_output_with_a_second_consumer_keeps_its_batch_norm(rng):
+    data = _data()
+    conv = relay.nn.conv2d(data, _const((16, 16, 3, 3), rng=rng), padding=1)
+    mod = _module(relay.add(relay.nn.relu(_bn(conv, rng)), conv), data)
+    ((op, reason),) = _leftovers(mod)
+    assert op == "nn.batch_norm"
+    assert reason.startswith("several consumers: the conv2d output feeds 2 ops")
+
+
+def test_a_batch_norm_of_a_graph_input_has_nothing_to_fold_into(rng):
+    data = _data()
+    conv = relay.nn.conv2d(_bn(data, rng), _const((16, 16, 3, 3), rng=rng), padding=1)
+    assert _leftovers(_module(conv, data)) == [
+        ("nn.batch_norm", "its input is graph input 'data', not a conv2d: nothing to fold it into")
+    ]
+
+
+def test_an_int8_conv_is_left_for_its_dtype():
+    data = _data("int8")
+    conv = relay.nn.conv2d(data, _const((16, 16, 3, 3), "int8", 1), padding=1, out_dtype="int32")
+    assert _leftovers(_module(conv, data)) == [
+        ("nn.conv2d", "dtype int32/int8: the fused kernel is float32 only")
+    ]
+
+
+def test_used_batch_norm_statistics_are_reported(rng):
+    data = _data()
+    conv = relay.nn.conv2d(data, _const((16, 16, 3, 3), rng=rng), padding=1)
+    gamma, beta, mean, var = (_const((16,), rng=rng) for _ in range(4))
+    bn = relay.nn.batch_norm(conv, gamma, beta, mean, var)
+    mod = _module(relay.Tuple([bn[0], bn[1]]), data)
+    ((op, reason),) = _leftovers(mod)
+    assert op == "nn.batch_norm" and "mean/variance outputs are used" in reason
+
+
+def test_a_layout_the_kernel_does_not_take_is_named():
+    conv = relay.var("conv_in", shape=(1, 8, 8, 16))
+    weight = relay.var("w", shape=(16, 16, 3, 3))  # OIHW weights with NHWC data
+    call = relay.nn.conv2d(conv, weight, padding=1, data_layout="NHWC", kernel_layout="OIHW")
+    typed = relay.transform.InferType()(_module(call, conv, weight))["main"].body
+    assert explain.conv2d_reason(typed) == (
+        "layout NHWC/OIHW: the fused kernel takes NHWC data and HWIO weights"
+    )

@@ -1,0 +1,235 @@
+"""tvm_fuse.tuning: task extraction, record validation and application, local tuning, the CLI.
+
+Tuning through a tracker (and the failure / Ctrl-C paths, which are cheaper there) is in
+``test_tune_rpc.py``. Logs here are written with ``autotvm.record.encode`` from real tasks, so
+no measurement is needed to test how they are checked and applied.
+"""
+
+import argparse
+import io
+import json
+import re
+import time
+
+import pytest
+import tvm
+import tvm.relay.testing
+from tvm import autotvm
+from tvm.autotvm.measure import MeasureInput, MeasureResult
+
+import tvm_fuse
+from tvm_fuse import examples, onnx_example, strategy, testing
+from tvm_fuse.errors import UserError
+from tvm_fuse.tuning import RecordsError, check_records, cli, extract_tasks, tuner
+
+FAST = "conv2d_nhwc_fused.x86"
+
+
+def small_layer(cin=16, size=14, channels=16, **layer):
+    return examples.conv_bn_act(data_shape=(1, cin, size, size), channels=channels, **layer)
+
+
+class QueryRecorder(autotvm.task.DispatchContext):
+    """Records every workload the build asks a config for, and answers nothing."""
+
+    def __init__(self):
+        super().__init__()
+        self.workloads = set()
+
+    def _query_inside(self, target, workload):
+        self.workloads.add(workload)
+
+    def update(self, target, workload, cfg):
+        pass
+
+
+def built_workloads(mod, params, **build):
+    recorder = QueryRecorder()
+    with recorder:
+        tvm_fuse.build(mod, params, **build)
+    return {w for w in recorder.workloads if w[0] == FAST}
+
+
+def write_log(path, task, indices, target=None, cost=1e-3):
+    """A log with one successful record of ``task`` per config index."""
+    with open(path, "a", encoding="utf-8") as log:
+        for index in indices:
+            inp = MeasureInput(target or task.target, task, task.config_space.get(index))
+            res = MeasureResult((cost,), 0, 0.1, time.time())
+            log.write(autotvm.record.encode(inp, res) + "\n")
+    return str(path)
+
+
+def check_against_stock(mod, params, lib):
+    inputs = examples.random_inputs(mod, params)
+    reference = testing.run(testing.build_stock(mod, params), inputs)
+    testing.assert_close(testing.run(lib, inputs), reference)
+
+
+@pytest.fixture(scope="module")
+def layer_task():
+    mod, params = small_layer()
+    (task,) = extract_tasks(mod, params)
+    return task
+
+
+# -- task extraction ---------------------------------------------------------------------------
+def test_tasks_are_the_workloads_the_build_queries():
+    mod, params = examples.basic_block(data_shape=(1, 16, 14, 14))
+    tasks = extract_tasks(mod, params)
+    assert [t.name for t in tasks] == [FAST] * len(tasks)
+    assert {t.workload for t in tasks} == built_workloads(mod, params)
+    assert len(tasks) == 2  # conv1 and conv2 (+ residual): different workloads
+    assert all(len(t.workload[2][1]) == 5 for t in tasks)  # packed weights
+
+
+def test_generic_fallback_gives_no_task():
+    mod, params = small_layer(size=2)  # a tiny output: the generic kernel, which has no knobs
+    (spec,) = tvm_fuse.describe(tvm_fuse.optimize(mod, params))
+    assert strategy.fast_path_refusal(spec, tvm_fuse.host_target()) is not None
+    assert extract_tasks(mod, params) == []
+
+
+@pytest.mark.slow
+def test_resnet18_one_task_per_distinct_fast_workload():
+    mod, params = tvm.relay.testing.resnet.get_workload(num_layers=18)
+    target = tvm_fuse.host_target()
+    specs = tvm_fuse.describe(tvm_fuse.optimize(mod, params))
+    fast = {s for s in specs if strategy.fast_path_refusal(s, target) is None}
+    tasks = extract_tasks(mod, params, target)
+    assert len(tasks) == len(fast) == 16
+    assert len({t.workload for t in tasks}) == len(tasks)
+
+
+# -- records: validated as a whole, then applied -------------------------------------------------
+def test_records_of_another_layer_build_with_the_default(tmp_path, layer_task):
+    log = write_log(tmp_path / "other.log", layer_task, [3])
+    mod, params = small_layer(cin=8, size=12, channels=24, kernel=1, padding=0)
+    check_against_stock(mod, params, tvm_fuse.build(mod, params, tuning_records=log))
+
+
+def test_applied_records_change_the_schedule_and_stay_correct(tmp_path, layer_task):
+    space = layer_task.config_space
+    index = next(i for i in range(len(space)) if space.get(i)["ic_outside"].val == 1)
+    log = write_log(tmp_path / "own.log", layer_task, [index])
+    records = check_records(log)
+    with autotvm.apply_history_best(records) as best:
+        chosen = best.query(layer_task.target, layer_task.workload)
+    assert chosen.index == index and not chosen.is_fallback
+    mod, params = small_layer()
+    check_against_stock(mod, params, tvm_fuse.build(mod, params, tuning_records=log))
+
+
+def corrupt(lines):
+    return lines[:1] + ["{not json at all\n"] + lines[1:]
+
+
+def other_target(lines):
+    return [re.sub(r"-mcpu=\w+", "-mcpu=skylake", line) for line in lines]
+
+
+def other_op(lines):
+    rows = [json.loads(line) for line in lines]
+    for row in rows:
+        row["input"][1] = "dense_pack.x86"
+    return [json.dumps(row) + "\n" for row in rows]
+
+
+def stale_knobs(lines):
+    rows = [json.loads(line) for line in lines]
+    for row in rows:
+        row["config"]["entity"] = row["config"]["entity"][:-1]
+    return [json.dumps(row) + "\n" for row in rows]
+
+
+@pytest.mark.parametrize(
+    "spoil, message",
+    [
+        (corrupt, "line 2 is not an AutoTVM record"),
+        (other_target, "line 1 was tuned for"),
+        (other_op, "no record of conv2d_nhwc_fused.x86"),
+        (stale_knobs, "another version of the schedule"),
+        (lambda lines: [], "no tuning records"),
+    ],
+)
+def test_bad_logs_are_refused_whole(tmp_path, layer_task, spoil, message):
+    good = write_log(tmp_path / "good.log", layer_task, [0, 1])
+    with open(good, encoding="utf-8") as f:
+        lines = f.readlines()
+    bad = tmp_path / "bad.log"
+    bad.write_text("".join(spoil(lines)), encoding="utf-8")
+    with pytest.raises(RecordsError, match=message):
+        check_records(bad)
+    mod, params = small_layer()
+    with pytest.raises(RecordsError, match=message):
+        tvm_fuse.build(mod, params, tuning_records=str(bad))
+    assert isinstance(autotvm.task.DispatchContext.current, autotvm.task.FallbackContext)
+
+
+def test_missing_log_is_refused(tmp_path):
+    with pytest.raises(RecordsError, match="does not exist"):
+        check_records(tmp_path / "nope.log")
+
+
+# -- tuning locally ------------------------------------------------------------------------------
+def test_tune_locally_then_build_with_the_records(tmp_path):
+    mod, params = small_layer()
+    log, stream = tmp_path / "tune.log", io.StringIO()
+    runner = tuner.local_runner(number=1, repeat=1, timeout=5)
+    done = tvm_fuse.tune(
+        mod, params, log_file=log, n_trial=4, runner=runner, tuner="random", stream=stream
+    )
+    (task,) = done.tasks
+    assert done.records_written == task.trials == 4
+    assert task.best_seconds and task.best_gflops > 0
+    records = check_records(log)
+    assert len(records) == 4 and all(res.error_no == 0 for _, res in records)
+    assert "[1/1] data [1,14,14,16]" in stream.getvalue() and "4/4 trials" in stream.getvalue()
+    check_against_stock(mod, params, tvm_fuse.build(mod, params, tuning_records=str(log)))
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"tuner": "annealing"}, "unknown tuner"),
+        ({"tracker": "127.0.0.1:9190"}, "needs both"),
+        ({"tracker": "nowhere", "key": "k"}, "not host:port"),
+        ({"runner": object(), "key": "k", "tracker": "h:1"}, "not both"),
+    ],
+)
+def test_bad_tune_options_fail_before_any_work(tmp_path, options, message):
+    mod, params = small_layer()
+    with pytest.raises(ValueError, match=message):
+        tvm_fuse.tune(mod, params, log_file=tmp_path / "x.log", **options)
+    assert not (tmp_path / "x.log").exists()
+
+
+# -- the command line ----------------------------------------------------------------------------
+def tune_parser():
+    top = argparse.ArgumentParser(prog="tvm-fuse")
+    cli.add_cli(top.add_subparsers(dest="command"))
+    return top
+
+
+def test_cli_parses_the_tune_command():
+    args = tune_parser().parse_args(
+        ["tune", "m.onnx", "--log", "t.log", "--trials", "8", "--rpc-key", "k", "--tracker", "h:1"]
+    )
+    assert (args.model, args.log, args.trials, args.rpc_key, args.tracker) == (
+        "m.onnx",
+        "t.log",
+        8,
+        "k",
+        "h:1",
+    )
+    assert args.run is cli.run
+
+
+def test_cli_unreachable_tracker_is_a_user_error(tmp_path):
+    model = onnx_example.residual_block(tmp_path / "block.onnx")
+    argv = ["tune", model, "--log", str(tmp_path / "t.log"), "--tracker", "127.0.0.1:1"]
+    args = tune_parser().parse_args(argv + ["--rpc-key", "k"])
+    start = time.monotonic()
+    with pytest.raises(UserError, match="127.0.0.1:1 is unreachable"):
+        args.run(args)
+    assert time.monotonic() - start < 15

@@ -1,0 +1,194 @@
+"""tvm_fuse as a tvmc composite target: the package it writes is an ordinary tvmc package.
+
+The model is written here with ``onnx.helper`` (``tvm_fuse.onnx_example``: conv + BN + relu,
+a residual add, pooling and a dense layer, NCHW, static shapes). The reference is the same ONNX
+file compiled by the stock ``python -m tvm.driver.tvmc compile``; both packages are run by the
+stock ``python -m tvm.driver.tvmc run`` and their ``--outputs`` compared.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+
+import numpy as np
+import pytest
+from tvm import autotvm
+from tvm.driver import tvmc as stock_tvmc
+from tvm.driver.tvmc import composite_target, frontends
+from tvm.driver.tvmc.target import target_from_cli
+
+import tvm_fuse
+from tvm_fuse import cli, onnx_example
+from tvm_fuse import tvmc as fuse_tvmc
+from tvm_fuse.testing import relative_error
+from tvm_fuse.schedules import conv2d_nhwc_fused
+
+RTOL = 1e-4  # DESIGN.md §3
+TARGET = str(tvm_fuse.host_target())
+FUSED_KERNEL = "fused_tvm_fuse_conv2d_nhwc_fused"
+
+
+def _python(*args, cwd=None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TOPHUB_LOCATION": "NONE"}
+    done = subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=900
+    )
+    assert done.returncode == 0, f"{args[:3]} failed:\n{done.stdout}\n{done.stderr[-3000:]}"
+    return done
+
+
+def _stock_run(package, inputs, out) -> dict:
+    """Run ``package`` with the stock tvmc runner; its ``--outputs`` as a dict."""
+    run = ["-m", "tvm.driver.tvmc", "run", "--inputs", inputs, "--outputs", out]
+    done = _python(*run, "--print-top", "3", package)
+    assert "[[" in done.stdout  # --print-top printed the top classes
+    with np.load(out) as outputs:
+        return dict(outputs)
+
+
+def _kernel_names(package) -> list[str]:
+    with tarfile.open(package) as tar:
+        graph = json.load(tar.extractfile("mod.json"))
+    return [n["attrs"]["func_name"] for n in graph["nodes"] if n["op"] == "tvm_op"]
+
+
+def _assert_same_outputs(got: dict, ref: dict) -> None:
+    assert sorted(got) == sorted(ref)
+    for name, value in ref.items():
+        assert got[name].shape == value.shape
+        assert relative_error(got[name], value) <= RTOL
+        np.testing.assert_array_equal(np.argsort(got[name])[:, -3:], np.argsort(value)[:, -3:])
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    """The ONNX model, seeded inputs, and the stock tvmc compile + run of it."""
+    root = tmp_path_factory.mktemp("tvmc")
+    model = onnx_example.residual_block(root / "block.onnx")
+    inputs = str(root / "inputs.npz")
+    data = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype("float32")
+    np.savez(inputs, data=data)
+    stock = str(root / "stock.tar")
+    _python("-m", "tvm.driver.tvmc", "compile", "--target", TARGET, "-o", stock, model)
+    return {
+        "root": root,
+        "model": model,
+        "inputs": inputs,
+        "stock": _stock_run(stock, inputs, str(root / "stock_out.npz")),
+    }
+
+
+# -- the registry entry (no build) ---------------------------------------------------------------
+def test_register_adds_the_four_keys_tvmc_reads():
+    fuse_tvmc.register()
+    fuse_tvmc.register()  # idempotent
+    entry = composite_target.get_codegen_by_target("tvm_fuse")
+    assert set(entry) == {"config_key", "pass_default", "default_target", "pass_pipeline"}
+    assert entry["pass_pipeline"] is fuse_tvmc.pass_pipeline
+
+
+def test_tvmc_builds_everything_for_the_llvm_target():
+    """``tvm_fuse`` is an extra target, not a target kind: no external codegen gets the graph."""
+    fuse_tvmc.register()
+    target, extras = target_from_cli("tvm_fuse, llvm -mcpu=znver3")
+    assert target.kind.name == "llvm" and str(target.attrs["mcpu"]) == "znver3"
+    assert [(e["name"], e["is_tvm_target"]) for e in extras] == [("tvm_fuse", False)]
+
+
+def test_pass_pipeline_fuses_and_does_not_partition(work):
+    model = frontends.load_model(work["model"])
+    mod = fuse_tvmc.pass_pipeline(model.mod, model.params, mod_name="default")
+    kernels = tvm_fuse.describe(mod)
+    assert [k.ops for k in kernels] == [
+        ("conv2d", "bias", "relu"),
+        ("conv2d", "bias", "add", "relu"),
+    ]
+    assert all(not (f.attrs and "Compiler" in f.attrs) for f in mod.functions.values())
+    assert [p.name_hint for p in mod["main"].params] == ["data"]
+
+
+def test_composite_target_options_are_refused(work):
+    model = frontends.load_model(work["model"])
+    with pytest.raises(stock_tvmc.TVMCException, match="takes no options"):
+        fuse_tvmc.pass_pipeline(model.mod, model.params, tiles="4")
+
+
+# -- packages run by the stock tvmc (builds) ---------------------------------------------------------
+def test_package_runs_with_stock_tvmc_and_matches_stock_compile(work):
+    package = str(work["root"] / "fused.tar")
+    target = f"tvm_fuse, {TARGET}"
+    _python("-m", "tvm_fuse.tvmc", "compile", "--target", target, "-o", package, work["model"])
+    assert sum(FUSED_KERNEL in name for name in _kernel_names(package)) == 2
+    got = _stock_run(package, work["inputs"], str(work["root"] / "fused_out.npz"))
+    _assert_same_outputs(got, work["stock"])
+
+
+def test_tvm_fuse_tvmc_keeps_the_stock_options(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["tvmc", "compile", "--help"])  # what `tvm-fuse tvmc compile --help` runs
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    for option in ("--tuning-records", "--input-shapes", "--pass-config", "--target", "FILE"):
+        assert option in out
+
+
+class _Recorder(autotvm.task.DispatchContext):
+    """Notes every AutoTVM workload a build asks for, and answers nothing."""
+
+    def __init__(self):
+        super().__init__()
+        self.workloads = []
+
+    def _query_inside(self, target, workload):
+        self.workloads.append(workload)
+
+    def update(self, target, workload, cfg):  # stock alter-layout hooks (dense_pack) call it
+        self._old_ctx.update(target, workload, cfg)
+
+
+def _fused_workloads(model) -> list:
+    with _Recorder() as recorder:
+        tvm_fuse.build(model.mod, model.params, TARGET)
+    found = [w for w in recorder.workloads if w[0] == conv2d_nhwc_fused.NAME]
+    return list(dict.fromkeys(found))
+
+
+def _write_records(path, workloads) -> dict:
+    """One record per workload with config 0 of its space (not the analytic fallback)."""
+    chosen = {}
+    with open(path, "w", encoding="utf-8") as log:
+        for workload in workloads:
+            task = autotvm.task.create(workload[0], workload[1:], target=TARGET)
+            config = task.config_space.get(0)
+            inp = autotvm.measure.MeasureInput(task.target, task, config)
+            res = autotvm.measure.MeasureResult((1e-4,), 0, 1.0, 0.0)
+            log.write(autotvm.record.encode(inp, res) + "\n")
+            chosen[workload] = config.index
+    return chosen
+
+
+def test_tuning_records_pass_through_to_the_fused_kernels(work, monkeypatch):
+    model = frontends.load_model(work["model"])
+    workloads = _fused_workloads(model)
+    assert len(workloads) == 2
+    records = str(work["root"] / "records.log")
+    chosen = _write_records(records, workloads)
+
+    applied = {}
+
+    class Spy(autotvm.task.ApplyHistoryBest):
+        def _query_inside(self, target, workload):
+            config = super()._query_inside(target, workload)
+            if workload[0] == conv2d_nhwc_fused.NAME and config is not None:
+                applied[workload] = config.index
+            return config
+
+    monkeypatch.setattr(autotvm, "apply_history_best", Spy)
+    package = str(work["root"] / "tuned.tar")
+    argv = ["compile", "--target", f"tvm_fuse, {TARGET}", "--tuning-records", records]
+    assert fuse_tvmc.main(argv + ["-o", package, work["model"]]) == 0
+    assert {w: applied.get(w) for w in chosen} == chosen
+    got = _stock_run(package, work["inputs"], str(work["root"] / "tuned_out.npz"))
+    _assert_same_outputs(got, work["stock"])

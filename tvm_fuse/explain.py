@@ -1,0 +1,260 @@
+"""``tvm-fuse explain``: what the graph half decided for a model, and why.
+
+It runs ``tvm_fuse.optimize`` and reads the result: every fused kernel's task description (and
+whether the fast x86 kernel or the generic fallback will implement it, from the strategy's own
+``fast_path_refusal``), the ``layout_transform`` ops left, the ``nn.conv2d`` and
+``nn.batch_norm`` calls left unfused with the reason, the other ops (compiled by stock TVM), and
+the memory plan's summary (``tvm_fuse.memory.plan``) for the stock graph and for tvm_fuse's.
+
+The reasons are worked out here, from the optimized module alone, in one place
+(:func:`conv2d_reason`, :func:`batch_norm_reason`): several consumers, non-constant parameters,
+unsupported groups, dtype or layout, dynamic shapes. Read-only: it never changes the module.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+
+import tvm
+from tvm import relay
+
+from . import op as fused_op
+from .ir_utils import count_ops, relay_functions, use_counts
+from .pipeline import describe, optimize
+from .spec import KernelSpec
+from .strategy import fast_path_refusal
+from .target import as_target
+
+_BN_PARAMS = ("gamma", "beta", "mean", "var")
+_BIAS_OPS = ("nn.bias_add", "add")
+_EXPLAINED = ("nn.conv2d", "nn.batch_norm", "layout_transform", fused_op.OP_NAME)
+
+
+def _op_name(expr) -> str | None:
+    if isinstance(expr, relay.Call) and isinstance(expr.op, tvm.ir.Op):
+        return expr.op.name
+    return None
+
+
+def _shape(expr) -> list:
+    return [int(d) if isinstance(d, tvm.tir.IntImm) else "?" for d in expr.checked_type.shape]
+
+
+def _source(expr) -> str:
+    """Where a value comes from, in words."""
+    if isinstance(expr, relay.Var):
+        return f"graph input {expr.name_hint!r}"
+    if isinstance(expr, relay.Constant):
+        return "a constant"
+    if isinstance(expr, relay.TupleGetItem):
+        return f"output {expr.index} of {_source(expr.tuple_value)}"
+    return _op_name(expr) or type(expr).__name__
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """An op the pipeline left as a stock op, and why."""
+
+    op: str
+    shape: tuple
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.op} (input {list(self.shape)}): {self.reason}"
+
+
+# -- the reasons -----------------------------------------------------------------------------
+def conv2d_reason(conv: relay.Call) -> str:
+    """Why ``FuseConvBiasAct`` left this (type-checked) ``nn.conv2d`` alone."""
+    attrs = conv.attrs
+    data, weight = (arg.checked_type for arg in conv.args)
+    dtypes = sorted({data.dtype, weight.dtype, conv.checked_type.dtype})
+    if dtypes != ["float32"]:
+        return f"dtype {'/'.join(dtypes)}: the fused kernel is float32 only"
+    groups = int(attrs.groups)
+    if groups != 1:
+        channels = data.shape[attrs.data_layout.index("C")]
+        kind = "depthwise" if groups == channels else "grouped"
+        return f"groups={groups} ({kind} conv): the fused kernel needs groups=1"
+    if (attrs.data_layout, attrs.kernel_layout) != ("NHWC", "HWIO"):
+        return (
+            f"layout {attrs.data_layout}/{attrs.kernel_layout}: the fused kernel takes NHWC data "
+            "and HWIO weights"
+        )
+    if "?" in _shape(conv.args[0]) or "?" in _shape(conv.args[1]):
+        return "dynamic shape: the fused kernel needs static shapes"
+    return "not matched by FuseConvBiasAct"
+
+
+def _conv_chain(expr):
+    """``[conv-like call, optional bias op]`` feeding ``expr``, or ``[]`` if no conv does."""
+    chain = [expr]
+    if _op_name(expr) in _BIAS_OPS:
+        chain.insert(0, expr.args[0])
+    is_conv = _op_name(chain[0]) == "nn.conv2d" or fused_op.is_fused_call(chain[0])
+    return chain if is_conv else []
+
+
+def batch_norm_reason(bn: relay.Call, uses, stats_used: bool = False) -> str:
+    """Why ``FoldBatchNorm`` did not fold this ``nn.batch_norm``. ``uses`` are the use counts
+    of the function it is in; ``stats_used``: its mean/variance outputs are read."""
+    chain = _conv_chain(bn.args[0])
+    if not chain:
+        return f"its input is {_source(bn.args[0])}, not a conv2d: nothing to fold it into"
+    if stats_used:
+        return "its mean/variance outputs are used (a training-mode BatchNorm)"
+    shared = [(name, node) for name, node in zip(("conv2d", "bias"), chain) if uses[node] > 1]
+    if shared:
+        name, node = shared[0]
+        return (
+            f"several consumers: the {name} output feeds {uses[node]} ops, so folding the "
+            "BatchNorm into it would change what the others read"
+        )
+    loose = [n for n, arg in zip(_BN_PARAMS, bn.args[1:]) if not isinstance(arg, relay.Constant)]
+    if not isinstance(chain[0].args[1], relay.Constant):
+        loose.append("conv weight")
+    if loose:
+        return (
+            f"non-constant parameters ({', '.join(loose)}): bind them, e.g. "
+            "tvm_fuse.optimize(mod, params)"
+        )
+    dtype = bn.args[0].checked_type.dtype
+    if dtype not in ("float16", "float32", "float64"):
+        return f"dtype {dtype}: only float BatchNorms are folded"
+    return "not folded by FoldBatchNorm (its axis is not the conv's output channels?)"
+
+
+# -- reading the optimized module ------------------------------------------------------------
+def _calls(func) -> list[relay.Call]:
+    calls = []
+    relay.analysis.post_order_visit(
+        func, lambda node: calls.append(node) if isinstance(node, relay.Call) else None
+    )
+    return calls
+
+
+def _stats_read(func) -> set:
+    """The ``nn.batch_norm`` calls of ``func`` whose mean or variance output is read."""
+    read = set()
+
+    def visit(node):
+        if isinstance(node, relay.TupleGetItem) and node.index > 0:
+            read.add(node.tuple_value)
+
+    relay.analysis.post_order_visit(func, visit)
+    return read
+
+
+def leftovers(mod: tvm.IRModule) -> list[Leftover]:
+    """Every ``nn.conv2d`` and ``nn.batch_norm`` of an optimized module, with the reason."""
+    found = []
+    for func in relay_functions(relay.transform.InferType()(mod)).values():
+        uses, stats = use_counts(func), _stats_read(func)
+        for call in _calls(func):
+            name = _op_name(call)
+            if name == "nn.conv2d":
+                found.append(Leftover(name, tuple(_shape(call.args[0])), conv2d_reason(call)))
+            elif name == "nn.batch_norm":
+                reason = batch_norm_reason(call, uses, call in stats)
+                found.append(Leftover(name, tuple(_shape(call.args[0])), reason))
+    return found
+
+
+def layout_transforms(mod: tvm.IRModule) -> list[str]:
+    """One line per ``layout_transform`` left in an optimized module."""
+    lines = []
+    for func in relay_functions(relay.transform.InferType()(mod)).values():
+        for call in _calls(func):
+            if _op_name(call) == "layout_transform":
+                attrs, arg = call.attrs, call.args[0]
+                lines.append(
+                    f"{attrs.src_layout} -> {attrs.dst_layout} {_shape(arg)} of {_source(arg)}"
+                )
+    return lines
+
+
+def kernel_path(spec: KernelSpec, target) -> str:
+    """Which implementation the strategy picks for ``spec`` on ``target``, in words."""
+    refusal = fast_path_refusal(spec, target)
+    if refusal is None:
+        return "fast x86 kernel (conv2d_nhwc_fused.x86)"
+    return f"generic NHWC fallback ({refusal})"
+
+
+def other_ops(mod: tvm.IRModule) -> collections.Counter:
+    """Op name -> count of the ops this report does not explain one by one."""
+    counts = count_ops(mod)
+    return collections.Counter({k: v for k, v in counts.items() if k not in _EXPLAINED})
+
+
+def memory_summary(mod, params, optimized) -> str | None:
+    """The memory plan's summary, stock graph against tvm_fuse's; None if the memory package
+    has no ``plan`` (hook: filled in by ``tvm_fuse.memory``)."""
+    try:
+        from .memory import plan  # pylint: disable=import-outside-toplevel  (optional part)
+    except ImportError:
+        return None
+    stock, fused = plan(mod, params), plan(optimized)
+    rows = [
+        ("peak (planned arena)", stock.peak_bytes, fused.peak_bytes),
+        ("lower bound", stock.lower_bound_bytes, fused.lower_bound_bytes),
+        ("naive (no reuse)", stock.naive_bytes, fused.naive_bytes),
+        ("buffers", len(stock.buffers), len(fused.buffers)),
+    ]
+    lines = [f"{'':<22}{'stock graph':>16}{'tvm_fuse':>16}"]
+    lines += [f"{label:<22}{a:>16,}{b:>16,}" for label, a, b in rows]
+    return "\n".join(lines) + "\n(bytes of the intermediate tensors the kernels write)"
+
+
+# -- the report ------------------------------------------------------------------------------
+@dataclass
+class Explanation:
+    """Everything ``tvm-fuse explain`` prints; ``str()`` is the report."""
+
+    target: tvm.target.Target
+    kernels: list[KernelSpec]
+    paths: list[str]
+    transforms: list[str]
+    leftovers: list[Leftover]
+    others: collections.Counter = field(default_factory=collections.Counter)
+    memory: str = "not computed"
+
+    def __str__(self) -> str:
+        out = [f"target: {self.target}", _title(f"fused kernels ({len(self.kernels)})")]
+        for i, (spec, path) in enumerate(zip(self.kernels, self.paths), 1):
+            out += [f"#{i}", str(spec), f"{'kernel:':<11}{path}", ""]
+        out.append(_title(f"layout_transform ops left ({len(self.transforms)})"))
+        out += self.transforms or ["none"]
+        out.append(_title(f"conv2d / batch_norm left unfused ({len(self.leftovers)})"))
+        out += [str(item) for item in self.leftovers] or ["none"]
+        out.append(_title("other ops (compiled by stock TVM)"))
+        out += [", ".join(f"{name} x{n}" for name, n in sorted(self.others.items())) or "none"]
+        out.append(_title("memory plan"))
+        out.append(self.memory)
+        return "\n".join(out)
+
+
+def _memory_text(mod, params, optimized) -> str:
+    summary = memory_summary(mod, params, optimized)
+    return summary or "tvm_fuse.memory.plan is not available in this version"
+
+
+def _title(text: str) -> str:
+    return f"\n== {text} " + "=" * max(0, 74 - len(text))
+
+
+def explain(mod, params=None, target=None, memory: bool = True) -> Explanation:
+    """Optimize ``mod`` with ``params`` and explain the result for ``target`` (default host)."""
+    target = as_target(target)
+    optimized = optimize(mod, params)
+    kernels = describe(optimized)
+    return Explanation(
+        target=target,
+        kernels=kernels,
+        paths=[kernel_path(spec, target) for spec in kernels],
+        transforms=layout_transforms(optimized),
+        leftovers=leftovers(optimized),
+        others=other_ops(optimized),
+        memory=_memory_text(mod, params, optimized) if memory else "not computed",
+    )

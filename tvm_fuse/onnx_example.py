@@ -1,0 +1,81 @@
+"""A small ONNX model written with ``onnx.helper``, to try ``tvm-fuse compile`` / tvmc on.
+
+``residual_block(path)`` writes a ResNet-style block, NCHW, float32, seeded weights::
+
+    data [N,3,H,W] -> Conv 3x3 (+bias) -> BatchNormalization -> Relu  -> %r1
+    %r1 -> Conv 3x3 (no bias) -> BatchNormalization -> Add(%r1) -> Relu -> MaxPool 2x2
+        -> GlobalAveragePool -> Flatten -> Gemm (dense + bias) -> logits [N, classes]
+
+It covers what the tvmc integration must carry: a conv with and without bias, BN, a residual
+add, pooling and a dense layer. ``batch=None`` writes a dynamic batch dimension (``"N"``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 13
+
+
+def _initializers(rng, cin, channels, classes) -> list[onnx.TensorProto]:
+    def tensor(name, shape, low=-0.5, high=0.5):
+        value = rng.uniform(low, high, shape).astype("float32")
+        return numpy_helper.from_array(value, name)
+
+    tensors = [
+        tensor("w1", (channels, cin, 3, 3)),
+        tensor("b1", (channels,)),
+        tensor("w2", (channels, channels, 3, 3), -0.2, 0.2),
+        tensor("w3", (classes, channels)),
+        tensor("b3", (classes,)),
+    ]
+    for i in (1, 2):
+        tensors += [
+            tensor(f"bn{i}_gamma", (channels,), 0.5, 1.5),
+            tensor(f"bn{i}_beta", (channels,)),
+            tensor(f"bn{i}_mean", (channels,)),
+            tensor(f"bn{i}_var", (channels,), 0.5, 2.0),
+        ]
+    return tensors
+
+
+def _nodes() -> list[onnx.NodeProto]:
+    def bn(i, x, y):
+        names = [f"bn{i}_{p}" for p in ("gamma", "beta", "mean", "var")]
+        return helper.make_node("BatchNormalization", [x, *names], [y], epsilon=1e-5)
+
+    conv = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[1, 1])
+    return [
+        helper.make_node("Conv", ["data", "w1", "b1"], ["c1"], **conv),
+        bn(1, "c1", "n1"),
+        helper.make_node("Relu", ["n1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], **conv),
+        bn(2, "c2", "n2"),
+        helper.make_node("Add", ["n2", "r1"], ["s"]),
+        helper.make_node("Relu", ["s"], ["r2"]),
+        helper.make_node("MaxPool", ["r2"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("GlobalAveragePool", ["p"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "w3", "b3"], ["logits"], transB=1),
+    ]
+
+
+def residual_block(
+    path, batch: int | None = 1, cin=3, channels=16, size=16, classes=10, seed=0
+) -> str:
+    """Write the model to ``path`` (its input is ``data``, its output ``logits``); return path."""
+    rng = np.random.default_rng(seed)
+    n = "N" if batch is None else batch
+    graph = helper.make_graph(
+        _nodes(),
+        "tvm_fuse_residual_block",
+        [helper.make_tensor_value_info("data", TensorProto.FLOAT, [n, cin, size, size])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [n, classes])],
+        initializer=_initializers(rng, cin, channels, classes),
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return str(path)

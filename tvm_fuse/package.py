@@ -1,0 +1,89 @@
+"""``tvm-fuse compile``: an ONNX model into a tvmc package, with tvm_fuse's pipeline applied.
+
+The same steps as ``tvmc compile --target "tvm_fuse, llvm ..."`` (see ``tvm_fuse.tvmc``), made of
+tvmc's own functions — ``frontends.load_model``, ``compiler.compile_model`` — so the result is an
+ordinary tvmc package that the stock ``tvmc run`` runs. Each stage prints a progress line:
+loading, optimizing (the tvm_fuse pipeline), building (tvmc's ``relay.build`` with the tuning
+records, if any) and writing. The package is built in a scratch directory beside the output and
+moved into place at the end, so a failed build never leaves a half-written file.
+
+Every input is checked first (``tvm_fuse.user_inputs``); a mistake is a one-line ``UserError``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+import tvm
+from tvm.driver.tvmc import compiler
+from tvm.driver.tvmc.model import TVMCModel
+
+from . import user_inputs
+from .errors import UserError
+from .pipeline import describe
+from .progress import Progress
+from .spec import KernelSpec
+from .tvmc import pass_pipeline
+
+#: Loggers that warn once per conv about TVM's own untuned schedules: noise for a user.
+QUIET_LOGGERS = ("autotvm", "strategy", "te_compiler")
+
+
+class Compiled(NamedTuple):
+    """What ``compile_onnx`` wrote."""
+
+    package: str
+    target: tvm.target.Target
+    kernels: list[KernelSpec]
+
+
+def quiet_tvm_loggers() -> None:
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def _check_records(path) -> str:
+    if path and not Path(path).is_file():
+        raise UserError(f"{path}: tuning records file does not exist; check --tuning-records")
+    return str(path or "")
+
+
+def load_checked(model_path, input_shapes: dict | None, progress: Progress) -> TVMCModel:
+    """The ONNX model, loaded by tvmc after every check that needs no loading has passed."""
+    user_inputs.check_onnx(model_path, input_shapes)
+    with progress.stage(f"loading {model_path}"):
+        return user_inputs.load_onnx(model_path, input_shapes)
+
+
+def compile_onnx(
+    model_path,
+    output,
+    target: str | None = None,
+    input_shapes: dict | None = None,
+    tuning_records=None,
+    progress: Progress | None = None,
+) -> Compiled:
+    """Compile the ONNX model at ``model_path`` with tvm_fuse into the tvmc package ``output``.
+
+    ``target`` is an llvm target string (default: the host CPU), ``input_shapes`` a dict as
+    ``tvmc``'s ``--input-shapes`` gives, ``tuning_records`` an AutoTVM log.
+    """
+    progress = progress or Progress()
+    llvm = user_inputs.check_target(target)
+    records = _check_records(tuning_records)
+    with user_inputs.scratch_dir(output) as scratch:
+        model = load_checked(model_path, input_shapes, progress)
+        with progress.stage("optimizing with the tvm_fuse pipeline"):
+            optimized = pass_pipeline(model.mod, model.params)
+            kernels = describe(optimized)
+        with progress.stage(f"building for {llvm} ({len(kernels)} fused kernels)"):
+            built = os.path.join(scratch, Path(output).name)
+            compiler.compile_model(
+                TVMCModel(optimized, {}), str(llvm), tuning_records=records, package_path=built
+            )
+        with progress.stage(f"writing {output}"):
+            os.replace(built, output)
+    return Compiled(str(output), llvm, kernels)

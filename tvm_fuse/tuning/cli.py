@@ -1,0 +1,62 @@
+"""``tvm-fuse tune MODEL.onnx --log LOG --trials N [--rpc-key K --tracker HOST:PORT]``.
+
+``add_cli(subparsers)`` defines the subcommand on ``tvm_fuse.cli``'s parser; its handler loads
+the model with tvmc's own loader (``user_inputs.load_onnx``), tunes it (``tuner.tune``) and
+turns a bad model, target, tracker or key into a one-line ``UserError``. The heavy modules are
+imported when the command runs, so that ``tvm-fuse --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+from tvm.driver.tvmc.shape_parser import parse_shape_string
+
+from ..errors import UserError
+
+
+def add_cli(subparsers) -> None:
+    """Add the ``tune`` subcommand to an argparse ``subparsers`` (``run`` is its handler)."""
+    tune = subparsers.add_parser("tune", help="tune the fused kernels of an ONNX model (AutoTVM)")
+    tune.add_argument("model", metavar="MODEL.onnx", help="the ONNX model")
+    tune.add_argument("--log", required=True, metavar="PATH", help="AutoTVM log to append to")
+    tune.add_argument("--trials", type=int, default=64, help="measurements per kernel (64)")
+    tune.add_argument("--tuner", choices=["xgb", "ga", "random", "grid"], help="search strategy")
+    tune.add_argument("--target", help="llvm target string (default: this CPU)")
+    tune.add_argument(
+        "--input-shapes",
+        type=parse_shape_string,
+        help='static input shapes, tvmc syntax: "data:[1,3,224,224]"',
+    )
+    tune.add_argument("--tracker", metavar="HOST:PORT", help="measure through this RPC tracker")
+    tune.add_argument("--rpc-key", metavar="KEY", help="device key of the tracker's servers")
+    tune.add_argument("--timeout", type=float, default=10.0, help="seconds per measurement (10)")
+    tune.set_defaults(run=run)
+
+
+def run(args, _extra=None) -> int:
+    """The ``tune`` handler: 0 when every kernel was tuned; a UserError for bad input."""
+    # pylint: disable-next=import-outside-toplevel  (keeps --help fast)
+    from .. import package, user_inputs
+    from . import records, rpc, tuner  # pylint: disable=import-outside-toplevel
+
+    if args.trials < 1:
+        raise UserError(f"--trials {args.trials}: give at least 1 measurement per kernel")
+    package.quiet_tvm_loggers()
+    target = user_inputs.check_target(args.target)
+    model = user_inputs.load_onnx(args.model, args.input_shapes)
+    try:
+        done = tuner.tune(
+            model.mod,
+            model.params,
+            log_file=args.log,
+            n_trial=args.trials,
+            target=target,
+            tuner=args.tuner,
+            tracker=args.tracker,
+            key=args.rpc_key,
+            timeout=args.timeout,
+        )
+    except (rpc.TrackerError, records.RecordsError, ValueError) as err:
+        raise UserError(str(err)) from None
+    print(f"wrote {done.records_written} records for {len(done.tasks)} kernels to {args.log}")
+    print(f"build with them: tvm-fuse compile {args.model} --tuning-records {args.log}")
+    return 0

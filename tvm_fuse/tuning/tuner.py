@@ -1,0 +1,241 @@
+"""``tvm_fuse.tune``: search the fused kernel's knobs for every task of a model.
+
+Each task (``tasks.extract_tasks``) gets ``n_trial`` measurements (at most its space size) by an
+AutoTVM tuner; every measurement is appended to ``log_file`` as one AutoTVM record line
+(``autotvm.callback.log_to_file``), failed ones included, so the log is valid after every batch.
+Measurement is local (``autotvm.LocalRunner``) unless a runner, or a tracker and key, are given.
+
+Progress: a live line per task on a terminal, and one summary line per task when it is done
+(trials, failures, best time and GFLOP/s). A failed measurement (compile error, timeout) counts as
+a failure and tuning goes on. Ctrl-C stops at once, says how many records were written, and
+re-raises ``KeyboardInterrupt``: the lines already in the log stay valid records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+from tvm import autotvm
+
+from ..target import as_target
+from . import rpc
+from .tasks import extract_tasks
+
+#: Tuner names -> AutoTVM tuner classes ("xgb" needs the xgboost package).
+TUNERS = {
+    "xgb": autotvm.tuner.XGBTuner,
+    "ga": autotvm.tuner.GATuner,
+    "random": autotvm.tuner.RandomTuner,
+    "grid": autotvm.tuner.GridSearchTuner,
+}
+
+
+@dataclasses.dataclass
+class TaskResult:
+    """One task's tuning: its workload, measurements made and failed, the best time found."""
+
+    workload: tuple
+    trials: int = 0
+    failures: int = 0
+    best_seconds: float | None = None
+    flop: float = 0.0
+
+    @property
+    def best_gflops(self) -> float | None:
+        if not self.best_seconds or not self.flop:
+            return None
+        return self.flop / self.best_seconds / 1e9
+
+
+@dataclasses.dataclass
+class TuneResult:
+    """What ``tune`` did: the log, the tasks and how many records it appended."""
+
+    log_file: str
+    tasks: list[TaskResult]
+    records_written: int = 0
+
+
+def default_tuner() -> str:
+    """``"xgb"`` when the xgboost package is importable, else ``"ga"``."""
+    try:
+        import xgboost  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    except ImportError:
+        return "ga"
+    return "xgb"
+
+
+def local_runner(number: int = 5, repeat: int = 3, timeout: float = 10.0) -> autotvm.LocalRunner:
+    """The default runner: this machine, ``repeat`` timings of ``number`` runs each."""
+    return autotvm.LocalRunner(
+        number=number, repeat=repeat, timeout=timeout, enable_cpu_cache_flush=True
+    )
+
+
+def check_tuner(name: str | None) -> str:
+    """``name`` (default :func:`default_tuner`) if it is a tuner that can run here."""
+    name = name or default_tuner()
+    if name not in TUNERS:
+        raise ValueError(
+            f"tvm_fuse.tune: unknown tuner {name!r}; choose one of {', '.join(TUNERS)}"
+        )
+    if name == "xgb" and default_tuner() != "xgb":
+        raise ValueError("tvm_fuse.tune: tuner 'xgb' needs xgboost (pip install xgboost-cpu)")
+    return name
+
+
+def _shape(tensor_arg) -> str:
+    return "[" + ",".join(str(d) for d in tensor_arg[1]) + "]"
+
+
+def describe_workload(workload) -> str:
+    """``data [1,56,56,64] weight [16,3,3,64,8] s2 relu`` from a fused-kernel workload."""
+    _, data, weight, *_ = workload
+    strides, activation = workload[5], workload[9]
+    return f"data {_shape(data)} weight {_shape(weight)} s{strides[0]} {activation}"
+
+
+class _Progress:
+    """The tuning callback that keeps a TaskResult and prints the task's lines."""
+
+    def __init__(self, result: TaskResult, label: str, n_trial: int, stream):
+        self.result, self.label, self.n_trial, self.stream = result, label, n_trial, stream
+        self.live = bool(getattr(stream, "isatty", lambda: False)())
+
+    def __call__(self, _tuner, inputs, results):
+        for res in results:
+            self.result.trials += 1
+            if res.error_no != 0:
+                self.result.failures += 1
+                continue
+            seconds = sum(res.costs) / len(res.costs)
+            if self.result.best_seconds is None or seconds < self.result.best_seconds:
+                self.result.best_seconds = seconds
+        if self.live:
+            self.stream.write(f"\r{self.line()}")
+            self.stream.flush()
+
+    def line(self) -> str:
+        r = self.result
+        best = "no valid measurement"
+        if r.best_seconds is not None:
+            gflops = f", {r.best_gflops:.1f} GFLOP/s" if r.best_gflops else ""
+            best = f"best {r.best_seconds * 1e3:.3f} ms{gflops}"
+        return f"{self.label}: {r.trials}/{self.n_trial} trials, {r.failures} failed, {best}"
+
+    def done(self) -> None:
+        self.stream.write(("\r" if self.live else "") + self.line() + "\n")
+        self.stream.flush()
+
+
+def _runner(runner, tracker, key, timeout):
+    if runner is not None:
+        if tracker or key:
+            raise ValueError("tvm_fuse.tune: give either runner= or tracker= and key=, not both")
+        return runner
+    if bool(tracker) != bool(key):
+        raise ValueError("tvm_fuse.tune: RPC measurement needs both tracker='host:port' and key=")
+    if tracker:
+        host, port = rpc.parse_tracker(tracker)
+        return rpc.rpc_runner(key, host, port, timeout=timeout)
+    return local_runner(timeout=timeout)
+
+
+def _counter(result: TuneResult):
+    def count(_tuner, inputs, _results):
+        result.records_written += len(inputs)
+
+    return count
+
+
+@dataclasses.dataclass
+class _Session:
+    """What every task of one ``tune`` call shares."""
+
+    tuner: str
+    n_trial: int
+    measure: dict
+    result: TuneResult
+    callbacks: list
+    stream: object
+    total: int
+
+
+def _tune_task(session: _Session, index: int, task) -> None:
+    trials = min(session.n_trial, len(task.config_space))
+    task_result = TaskResult(task.workload, flop=float(task.flop or 0.0))
+    session.result.tasks.append(task_result)
+    label = f"[{index}/{session.total}] {describe_workload(task.workload)}"
+    progress = _Progress(task_result, label, trials, session.stream)
+    log = autotvm.callback.log_to_file(session.result.log_file)
+    chain = [log, _counter(session.result), progress, *session.callbacks]
+    try:
+        TUNERS[session.tuner](task).tune(trials, session.measure, callbacks=chain)
+    finally:
+        autotvm.GLOBAL_SCOPE.in_tuning = False  # autotvm leaves it set when interrupted
+        progress.done()
+
+
+def tune(
+    mod,
+    params=None,
+    log_file="tvm_fuse_tuning.log",
+    n_trial: int = 64,
+    runner=None,
+    target=None,
+    tuner: str | None = None,
+    *,
+    tracker: str | None = None,
+    key: str | None = None,
+    builder=None,
+    timeout: float = 10.0,
+    callbacks=(),
+    stream=None,
+) -> TuneResult:
+    """Tune every fused kernel of ``mod`` and append the AutoTVM records to ``log_file``.
+
+    Parameters
+    ----------
+    mod, params, target
+        What ``tvm_fuse.build`` takes (the unoptimized module; default target: the host).
+    n_trial
+        Measurements per task (at most the task's space size).
+    runner
+        An AutoTVM runner; default :func:`local_runner`, or with ``tracker="host:port"`` and
+        ``key`` an ``autotvm.RPCRunner`` on the tracker's devices (checked first: a clear
+        :class:`~tvm_fuse.tuning.rpc.TrackerError` when unreachable or the key is unknown).
+    tuner
+        ``"xgb"``, ``"ga"``, ``"random"`` or ``"grid"``; default :func:`default_tuner`.
+    builder, timeout
+        The AutoTVM builder (default ``LocalBuilder``) and the per-measurement timeout (s).
+    callbacks
+        Extra AutoTVM callbacks ``(tuner, inputs, results)``, called after the record is written.
+    stream
+        Where progress goes (default stderr).
+    """
+    target = as_target(target)
+    tuner = check_tuner(tuner)
+    stream = stream or sys.stderr
+    runner = _runner(runner, tracker, key, timeout)
+    measure = autotvm.measure_option(
+        builder=builder or autotvm.LocalBuilder(timeout=max(timeout, 10.0)), runner=runner
+    )
+    tasks = extract_tasks(mod, params, target)
+    result = TuneResult(str(log_file), [])
+    Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+    stream.write(
+        f"tuning {len(tasks)} fused kernels ({tuner}, {n_trial} trials each) -> {log_file}\n"
+    )
+    session = _Session(tuner, n_trial, measure, result, list(callbacks), stream, len(tasks))
+    try:
+        for index, task in enumerate(tasks, 1):
+            _tune_task(session, index, task)
+    except KeyboardInterrupt:
+        stream.write(
+            f"interrupted: {result.records_written} records written to {log_file} "
+            "(all valid; build with them or tune again to add more)\n"
+        )
+        raise
+    return result
