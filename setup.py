@@ -29,6 +29,6 @@ setup(
     packages=["tvm_fuse", "tvm_fuse.passes", "tvm_fuse.memory", "tvm_fuse.schedules"],
     package_dir={"tvm_fuse.schedules": "schedules"},
     install_requires=STACK,
-    extras_require={"test": TEST, "bench": PEERS},
+    extras_require={"test": TEST, "bench": PEERS, "tune": ["xgboost-cpu"]},
     entry_points={"console_scripts": ["tvm-fuse = tvm_fuse.cli:main"]},
 )

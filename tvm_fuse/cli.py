@@ -24,6 +24,7 @@ from tvm.driver.tvmc.shape_parser import parse_shape_string
 
 from .errors import UserError
 from .progress import Progress
+from .tuning import add_cli as add_tune_cli
 
 PROG = "tvm-fuse"
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -151,6 +152,8 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("suite", nargs="?", default="all", choices=[*SUITES, "all"])
     bench.add_argument("--quick", action="store_true", help="few short repeats")
     bench.set_defaults(run=_bench)
+
+    add_tune_cli(commands)
 
     commands.add_parser(
         "tvmc",

@@ -27,6 +27,7 @@ from .pipeline import describe
 from .progress import Progress
 from .spec import KernelSpec
 from .tvmc import pass_pipeline
+from .tuning.records import RecordsError, check_records
 
 #: Loggers that warn once per conv about TVM's own untuned schedules: noise for a user.
 QUIET_LOGGERS = ("autotvm", "strategy", "te_compiler")
@@ -45,10 +46,17 @@ def quiet_tvm_loggers() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
-def _check_records(path) -> str:
-    if path and not Path(path).is_file():
+def _check_records(path, target) -> str:
+    """The tuning log's path, after every record was checked for ``target`` (or "")."""
+    if not path:
+        return ""
+    if not Path(path).is_file():
         raise UserError(f"{path}: tuning records file does not exist; check --tuning-records")
-    return str(path or "")
+    try:
+        check_records(path, target)
+    except RecordsError as err:
+        raise UserError(str(err)) from None
+    return str(path)
 
 
 def load_checked(model_path, input_shapes: dict | None, progress: Progress) -> TVMCModel:
@@ -73,7 +81,7 @@ def compile_onnx(
     """
     progress = progress or Progress()
     llvm = user_inputs.check_target(target)
-    records = _check_records(tuning_records)
+    records = _check_records(tuning_records, llvm)
     with user_inputs.scratch_dir(output) as scratch:
         model = load_checked(model_path, input_shapes, progress)
         with progress.stage("optimizing with the tvm_fuse pipeline"):
