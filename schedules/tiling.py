@@ -75,15 +75,23 @@ def best_tile(machine: Machine, pixels: int, co_vectors: int) -> tuple[float, in
     )
 
 
-def choose_tiles(machine: Machine, wo: int, co_vectors: int, ci: int, ho: int = 1) -> Tiles:
+def choose_tiles(
+    machine: Machine, wo: int, co_vectors: int, ci: int, ho: int = 1, ragged_co: bool = False
+) -> Tiles:
     """The model's tiles for a layer of output ``ho x wo``, Co/VL vectors and ``ci`` inputs.
 
     Tiles run along Wo unless tiling the flattened Ho*Wo axis wastes clearly less (small maps,
     e.g. 7x7: Wo-tiles of 5 compute 10 columns for 7). The flat tile pads the whole input up
     front, which costs about a pass over it, hence the margin ``FLAT_GAIN``.
+
+    ``ragged_co`` (Co not a multiple of VL, padded in the packed weight) always takes the flat
+    tile when there is more than one row: a Wo tile is computed where the output is stored, and
+    TE's bound inference clips its last channel vector to the real Co, which leaves that vector
+    scalar and guarded (seen in ``tvm.lower`` for Co=20 on AVX-512); the flat tile's conv is
+    its own stage over whole vectors.
     """
     score, owb, ocb = best_tile(machine, wo, co_vectors)
     flat_score, flat_owb, flat_ocb = best_tile(machine, ho * wo, co_vectors)
-    if ho > 1 and flat_score > score * (1 + FLAT_GAIN):
+    if ho > 1 and (ragged_co or flat_score > score * (1 + FLAT_GAIN)):
         return Tiles(owb=flat_owb, ocb=flat_ocb, icb=ci, flat=True)
     return Tiles(owb=owb, ocb=ocb, icb=ci)

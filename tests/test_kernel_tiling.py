@@ -44,3 +44,13 @@ def test_small_maps_tile_the_flattened_pixel_axis():
     assert tiling.choose_tiles(machine, wo=14, co_vectors=32, ci=256, ho=14).flat
     assert not tiling.choose_tiles(machine, wo=56, co_vectors=8, ci=64, ho=56).flat
     assert not tiling.choose_tiles(machine, wo=7, co_vectors=64, ci=512).flat  # one row: Wo tiles
+
+
+def test_ragged_co_takes_the_flat_tile_on_every_simd_width():
+    """A Co padded to whole vectors must not be computed where it is stored (scalar tail)."""
+    for lanes in (8, 16):
+        machine = tiling.machine_for(lanes)
+        assert not tiling.choose_tiles(machine, wo=56, co_vectors=2, ci=24, ho=56).flat
+        assert tiling.choose_tiles(machine, wo=56, co_vectors=2, ci=24, ho=56, ragged_co=True).flat
+        one_row = tiling.choose_tiles(machine, wo=7, co_vectors=2, ci=24, ho=1, ragged_co=True)
+        assert not one_row.flat
