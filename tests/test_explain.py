@@ -41,7 +41,7 @@ def test_the_seed_example_leaves_nothing_unfused():
     assert report.leftovers == []
     assert report.transforms == [
         "NCHW -> NHWC [1, 64, 56, 56] of graph input 'data'",
-        "NHWC -> NCHW [1, 28, 28, 128] of tvm_fuse.conv2d_nhwc_fused",
+        "NHWC -> NCHW (tvm_fuse.nhwc_to_nchw) [1, 28, 28, 128] of tvm_fuse.conv2d_nhwc_fused",
     ]
     text = str(report)
     assert "op:        conv2d + bias + relu" in text and "unfused (0)" in text

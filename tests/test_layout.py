@@ -7,6 +7,7 @@ from tvm import relay
 from tvm.contrib import graph_executor
 from tvm.relay.testing import resnet
 
+from tvm_fuse import exit_op
 from tvm_fuse.ir_utils import relay_functions
 from tvm_fuse.passes.layout import ConvertLayoutNHWC, count_layout_transforms
 from tvm_fuse.target import host_target
@@ -89,7 +90,7 @@ def test_nchw_conv_becomes_nhwc_with_folded_weight(rng):
     nhwc = relay.layout_transform(x, "NCHW", "NHWC")
     y = _conv(nhwc, relay.const(w.transpose(2, 3, 1, 0)), data_layout="NHWC", kernel_layout="HWIO")
     y = relay.nn.relu(relay.add(y, relay.const(b.reshape(1, 1, 1, 4))))
-    expected = _module(x, relay.layout_transform(y, "NHWC", "NCHW"))
+    expected = _module(x, exit_op.nhwc_to_nchw(y))  # the exit transform: tvm_fuse's transpose
 
     # No PassContext: the pass must not depend on the caller's opt_level (default 2).
     tvm.ir.assert_structural_equal(_convert(before), expected)

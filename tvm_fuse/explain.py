@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import tvm
 from tvm import relay
 
+from . import exit_op
 from . import op as fused_op
 from .ir_utils import count_ops, relay_functions, use_counts
 from .pipeline import describe, optimize
@@ -28,7 +29,7 @@ from .target import as_target
 
 _BN_PARAMS = ("gamma", "beta", "mean", "var")
 _BIAS_OPS = ("nn.bias_add", "add")
-_EXPLAINED = ("nn.conv2d", "nn.batch_norm", "layout_transform", fused_op.OP_NAME)
+_EXPLAINED = ("nn.conv2d", "nn.batch_norm", "layout_transform", exit_op.OP_NAME, fused_op.OP_NAME)
 
 
 def _op_name(expr) -> str | None:
@@ -162,15 +163,19 @@ def leftovers(mod: tvm.IRModule) -> list[Leftover]:
 
 
 def layout_transforms(mod: tvm.IRModule) -> list[str]:
-    """One line per ``layout_transform`` left in an optimized module."""
+    """One line per layout transform left in an optimized module (``layout_transform`` and the
+    exit transposes ``tvm_fuse.nhwc_to_nchw``)."""
     lines = []
     for func in relay_functions(relay.transform.InferType()(mod)).values():
         for call in _calls(func):
+            arg = call.args[0] if call.args else None
             if _op_name(call) == "layout_transform":
-                attrs, arg = call.attrs, call.args[0]
-                lines.append(
-                    f"{attrs.src_layout} -> {attrs.dst_layout} {_shape(arg)} of {_source(arg)}"
-                )
+                layouts = f"{call.attrs.src_layout} -> {call.attrs.dst_layout}"
+            elif _op_name(call) == exit_op.OP_NAME:
+                layouts = f"NHWC -> NCHW ({exit_op.OP_NAME})"
+            else:
+                continue
+            lines.append(f"{layouts} {_shape(arg)} of {_source(arg)}")
     return lines
 
 

@@ -66,10 +66,16 @@ def zoo_workload(name: str, batch_size: int = 1, seed: int = 0) -> tuple[tvm.IRM
 
 
 def built_layout_transforms(lib) -> list[str]:
-    """Names of the graph nodes of a ``relay.build`` result whose kernel does a layout_transform.
+    """Names of the graph nodes of a ``relay.build`` result whose kernel does a layout transform
+    (``layout_transform`` or tvm_fuse's exit transpose ``nhwc_to_nchw``).
 
     A fused kernel's node name lists the ops fused into it (e.g.
     ``tvmgen_default_fused_layout_transform``), so a weight transform left at run time shows up.
     """
     nodes = json.loads(lib.get_graph_json())["nodes"]
-    return [n["name"] for n in nodes if n["op"] == "tvm_op" and "layout_transform" in n["name"]]
+    kinds = ("layout_transform", "nhwc_to_nchw")
+    return [
+        n["name"]
+        for n in nodes
+        if n["op"] == "tvm_op" and any(kind in n["name"] for kind in kinds)
+    ]

@@ -9,15 +9,20 @@ attributes are the task description); the strategy picks the kernel that impleme
   then picks the fast kernel ``conv2d_nhwc_fused.x86`` (``schedules.conv2d_nhwc_fused``).
 - Everything else keeps HWIO weights and the generic implementation (``schedules.generic``),
   which is always correct.
+
+It also gives ``tvm_fuse.nhwc_to_nchw`` (the graph's exit transpose, ``tvm_fuse.exit_op``) its
+kernel: the cache-blocked ``schedules.nhwc_to_nchw`` on CPUs, TVM's injective one elsewhere.
 """
 
 import tvm
-from tvm import relay
+from tvm import relay, topi
+from tvm.relay.op.strategy.generic import wrap_topi_schedule
 from tvm.target import override_native_generic_func
 
+from . import exit_op
 from .op import OP_NAME, make_attrs, read_attrs
 from .schedules import conv2d_nhwc_fused as fast
-from .schedules import generic, packing
+from .schedules import generic, nhwc_to_nchw, packing
 from .spec import KernelSpec, TensorSpec
 
 
@@ -176,3 +181,34 @@ def _fused_conv2d_strategy_cpu(attrs, inputs, out_type, target):
 
 
 relay.op.op.register_strategy(OP_NAME, fused_conv2d_strategy)
+
+
+# -- the exit transpose --------------------------------------------------------------------------
+def _exit_compute(attrs, inputs, out_type):
+    return [nhwc_to_nchw.compute(inputs[0])]
+
+
+@override_native_generic_func("tvm_fuse_nhwc_to_nchw_strategy")
+def exit_transpose_strategy(attrs, inputs, out_type, target):
+    """Every target: TVM's injective schedule."""
+    strategy = relay.op.OpStrategy()
+    schedule = wrap_topi_schedule(topi.generic.schedule_injective)
+    strategy.add_implementation(_exit_compute, schedule, name="nhwc_to_nchw.generic")
+    return strategy
+
+
+@exit_transpose_strategy.register("cpu")
+def _exit_transpose_strategy_cpu(attrs, inputs, out_type, target):
+    """CPU: parallel over rows, tiles of VL channels x VL columns (``schedules.nhwc_to_nchw``)."""
+    strategy = relay.op.OpStrategy()
+    lanes = simd_lanes(target)
+    strategy.add_implementation(
+        _exit_compute,
+        lambda attrs, outs, target: nhwc_to_nchw.schedule(outs, lanes),
+        name=nhwc_to_nchw.NAME,
+        plevel=15,
+    )
+    return strategy
+
+
+relay.op.op.register_strategy(exit_op.OP_NAME, exit_transpose_strategy)

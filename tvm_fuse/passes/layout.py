@@ -15,8 +15,12 @@ passes, called directly so that a caller's ``opt_level`` below 3 cannot skip the
    NHWC as well; the other ops (activations, add, multiply, concatenate, pad, batch_norm, adaptive
    pools, ...) follow their input's layout by TVM's layout inference.
 3. ``FoldConstant``: ``layout_transform`` of constant weights and biases is computed now.
+4. Each ``layout_transform`` NHWC -> NCHW left (an activation leaving the NHWC region) becomes
+   ``tvm_fuse.nhwc_to_nchw`` (``tvm_fuse.exit_op``): the same transpose with a cache-blocked
+   kernel instead of TVM's injective one, which re-reads the whole map once per channel.
 
-What it leaves: one ``layout_transform`` per graph input and output, the entry one just before
+What it leaves: one layout transform per graph input and output (``count_layout_transforms``
+counts both ops), the entry one just before
 the first conv or pool (ops before it, e.g. a BatchNorm of the raw input, stay NCHW); one back to
 NCHW before an op that leaves spatial layout (``batch_flatten``, ``reshape`` before ``dense``), as
 correctness needs; the ``layout_transform`` of weights that are free variables (unbound params):
@@ -31,8 +35,10 @@ from __future__ import annotations
 
 import tvm
 from tvm import relay
+from tvm.relay import dataflow_pattern
 from tvm.relay.op.strategy.generic import is_depthwise_conv2d
 
+from .. import exit_op
 from ..ir_utils import count_ops, relay_functions
 
 _POOLS = ("nn.max_pool2d", "nn.avg_pool2d", "nn.global_max_pool2d", "nn.global_avg_pool2d")
@@ -54,8 +60,10 @@ def ConvertLayoutNHWC() -> tvm.transform.Pass:  # pylint: disable=invalid-name  
 
 
 def count_layout_transforms(mod) -> int:
-    """Number of ``layout_transform`` calls in all Relay functions of ``mod`` (or in one expr)."""
-    return count_ops(mod)["layout_transform"]
+    """Number of layout transforms of activations and weights in all Relay functions of ``mod``
+    (or in one expr): ``layout_transform`` calls plus the exit transposes ``nhwc_to_nchw``."""
+    counts = count_ops(mod)
+    return counts["layout_transform"] + counts[exit_op.OP_NAME]
 
 
 def _convert_module(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
@@ -70,6 +78,7 @@ def _convert_module(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         relay.transform.FoldConstant(),
     ):
         mod = stock_pass(mod)
+    mod = _ExitTransposes()(relay.transform.InferType()(mod))
     mod = mod.clone()
     for gv, func in done.items():
         mod[gv] = func
@@ -103,3 +112,21 @@ def _nhwc_kernel_layout(conv: relay.Call) -> str:
         data.shape, attrs.data_layout, weight.shape, attrs.kernel_layout, attrs.groups
     )
     return "HWOI" if depthwise else "HWIO"
+
+
+@relay.transform.function_pass(opt_level=0, name="tvm_fuse.ExitTransposes")
+class _ExitTransposes:
+    """Step 4: ``layout_transform`` NHWC -> NCHW of activations -> ``tvm_fuse.nhwc_to_nchw``."""
+
+    def transform_function(self, func, _mod, _ctx):
+        return dataflow_pattern.rewrite(_ExitTransposeCallback(), func)
+
+
+class _ExitTransposeCallback(dataflow_pattern.DFPatternCallback):
+    def __init__(self):
+        super().__init__(require_type=True)
+        self.data = dataflow_pattern.wildcard()
+        self.pattern = dataflow_pattern.is_op("layout_transform")(self.data)
+
+    def callback(self, pre, post, node_map):
+        return exit_op.nhwc_to_nchw(node_map[self.data][0]) if exit_op.is_exit_transform(pre) else post
