@@ -168,20 +168,25 @@ def fused_kernels(mod, params) -> dict:
 
 
 def profile(mod, params, data, target, top: int) -> list[dict]:
-    """The ``top`` slowest kernels of ``tvm_fuse.build`` by TVM's debug executor (ms each)."""
+    """The ``top`` slowest kernels of ``tvm_fuse.build`` by TVM's debug executor: node name,
+    output shape, median ms and share of the summed kernel time."""
     lib = tvm_fuse.build(mod, params=params, target=target)
-    graph = lib.get_graph_json()
+    graph_json = lib.get_graph_json()
     with tempfile.TemporaryDirectory() as tmp:
-        dbg = debug_executor.create(graph, lib.get_lib(), tvm.cpu(), dump_root=tmp)
+        dbg = debug_executor.create(graph_json, lib.get_lib(), tvm.cpu(), dump_root=tmp)
         dbg.set_input(**lib.get_params())
         dbg.set_input("data", data)
         times = dbg.run_individual(number=5, repeat=3, min_repeat_ms=50)
-    nodes = json.loads(graph)["nodes"]
+    graph = json.loads(graph_json)
+    shapes, first_entry = graph["attrs"]["shape"][1], graph["node_row_ptr"]
     kernels = [
-        {"node": node["name"], "ms": float(np.median(runs)) * 1e3}
-        for node, runs in zip(nodes, times)
+        {"node": node["name"], "shape": shapes[first_entry[i]], "ms": float(np.median(runs)) * 1e3}
+        for i, (node, runs) in enumerate(zip(graph["nodes"], times))
         if node["op"] == "tvm_op"
     ]
+    total = sum(k["ms"] for k in kernels)
+    for kernel in kernels:
+        kernel["share"] = kernel["ms"] / total
     return sorted(kernels, key=lambda k: -k["ms"])[:top]
 
 
@@ -241,7 +246,9 @@ def print_report(records: list[dict]) -> None:
     for rec in records:
         for k in rec.get("profile_tvm_fuse") or []:
             if "node" in k:
-                print(f"  {rec['model']} {k['ms']:8.3f} ms  {k['node']}")
+                shape = "x".join(map(str, k["shape"]))
+                share = f"{k['share']:6.1%}"
+                print(f"  {rec['model']} {k['ms']:8.3f} ms {share} {shape:>16} {k['node']}")
 
 
 def main(argv=None) -> int:

@@ -30,8 +30,9 @@ from tvm import te  # noqa: E402
 
 import tvm_fuse  # noqa: E402
 
-#: FLOP per cycle per core of 2 x 256-bit FMA pipes (Zen 3, and Zen 4's double-pumped AVX-512).
-ZEN_FLOP_PER_CYCLE = 32
+#: FLOP per cycle per core of 2 FMA pipes, by pipe width: 256-bit (Zen 3, and Zen 4, which
+#: runs AVX-512 double-pumped) and 512-bit (Xeons with two AVX-512 FMA units).
+TWO_PIPE_FLOP_PER_CYCLE = {"256-bit": 32, "512-bit": 64}
 
 
 def vector_lanes(target) -> int:
@@ -132,7 +133,7 @@ def fma_peak(target=None, cores: int = common.THREADS, quick: bool = False) -> d
         "fma_instructions": one["fma_instructions"],
         "cpu_mhz": mhz,
         "flop_per_cycle_1core": one["gflops"] * 1e3 / mhz if mhz else None,
-        "expected_flop_per_cycle_zen": ZEN_FLOP_PER_CYCLE,
+        "two_pipe_flop_per_cycle": TWO_PIPE_FLOP_PER_CYCLE,
         "runs": [one, every],
     }
 
@@ -149,11 +150,17 @@ def best_peak(*peaks: dict) -> dict:
 
 def print_peak(peak: dict) -> None:
     per_cycle = peak["flop_per_cycle_1core"]
-    sanity = f"{per_cycle:.1f} FLOP/cycle/core at {peak['cpu_mhz']:.0f} MHz" if per_cycle else ""
+    pipes = ", ".join(f"{v} with {k}" for k, v in TWO_PIPE_FLOP_PER_CYCLE.items())
+    sanity = (
+        f"; {per_cycle:.1f} FLOP/cycle/core at the {peak['cpu_mhz']:.0f} MHz of /proc/cpuinfo "
+        f"(2 FMA pipes give {pipes}; more means the core runs above that clock)"
+        if per_cycle
+        else ""
+    )
     print(
         f"FMA peak (fp32, {peak['lanes']} lanes, {peak['accumulators']} accumulators): "
         f"{peak['gflops_1core']:.1f} GFLOP/s on 1 core, {peak['gflops_all']:.1f} GFLOP/s on "
-        f"{peak['cores']} cores; {sanity} (Zen 3/4: {ZEN_FLOP_PER_CYCLE})"
+        f"{peak['cores']} cores{sanity}"
     )
 
 

@@ -15,7 +15,10 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # ``benchmarks`` is a folder of the repo, not an installed package
     sys.path.insert(0, str(REPO))
 
-from benchmarks import bench_layers, common, fma_peak  # noqa: E402
+from benchmarks import bench_layers, bench_models, common, fma_peak  # noqa: E402
+
+import tvm_fuse  # noqa: E402
+from tvm_fuse import examples  # noqa: E402
 
 TINY = bench_layers.Layer("tiny", 16, 16, 8, 3, 1, 1)
 RESULT_KEYS = {"ms", "min_ms", "runs_ms", "build_s", "check", "error", "skipped"}
@@ -80,3 +83,14 @@ def test_fma_microkernel_is_fma_and_positive():
     assert result["gflops"] > 0
     assert result["lanes"] == lanes
     assert result["fma_instructions"] >= accumulators  # every accumulator has its own FMA
+
+
+def test_model_profile_names_shapes_and_shares():
+    """``bench_models --profile``: the slowest kernels, each with its output shape and share."""
+    mod, params = examples.seed_example()
+    data = np.random.default_rng(0).standard_normal((1, 64, 56, 56)).astype("float32")
+    kernels = bench_models.profile(mod, params, data, tvm_fuse.host_target(), top=2)
+    assert len(kernels) == 2 and kernels[0]["ms"] >= kernels[1]["ms"] > 0
+    assert "tvm_fuse_conv2d_nhwc_fused" in kernels[0]["node"]
+    assert kernels[0]["shape"] == [1, 28, 28, 128]
+    assert 0.5 < kernels[0]["share"] <= 1.0

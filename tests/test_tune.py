@@ -73,6 +73,11 @@ def layer_task():
     return task
 
 
+def task_of(mod, params):
+    (task,) = extract_tasks(mod, params)
+    return task
+
+
 # -- task extraction ---------------------------------------------------------------------------
 def test_tasks_are_the_workloads_the_build_queries():
     mod, params = examples.basic_block(data_shape=(1, 16, 14, 14))
@@ -172,6 +177,20 @@ def test_missing_log_is_refused(tmp_path):
 
 
 # -- tuning locally ------------------------------------------------------------------------------
+def test_default_config_index_is_the_fallback_schedule(layer_task):
+    """The config the tuner measures first lowers to exactly the untuned (fallback) kernel."""
+
+    def lowered(config):
+        with layer_task.target:
+            return str(tvm.lower(*layer_task.instantiate(config)))
+
+    index = tuner.default_config_index(layer_task)
+    fallback = autotvm.task.space.FallbackConfigEntity()
+    assert lowered(layer_task.config_space.get(index)) == lowered(fallback)
+    other = 0 if index else 1  # owb = 1: a different register tile
+    assert lowered(layer_task.config_space.get(other)) != lowered(fallback)
+
+
 def test_tune_locally_then_build_with_the_records(tmp_path):
     mod, params = small_layer()
     log, stream = tmp_path / "tune.log", io.StringIO()
@@ -184,6 +203,7 @@ def test_tune_locally_then_build_with_the_records(tmp_path):
     assert task.best_seconds and task.best_gflops > 0
     records = check_records(log)
     assert len(records) == 4 and all(res.error_no == 0 for _, res in records)
+    assert records[0][0].config.index == tuner.default_config_index(task_of(mod, params))
     assert "[1/1] data [1,14,14,16]" in stream.getvalue() and "4/4 trials" in stream.getvalue()
     check_against_stock(mod, params, tvm_fuse.build(mod, params, tuning_records=str(log)))
 

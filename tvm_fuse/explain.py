@@ -29,7 +29,13 @@ from .target import as_target
 
 _BN_PARAMS = ("gamma", "beta", "mean", "var")
 _BIAS_OPS = ("nn.bias_add", "add")
-_EXPLAINED = ("nn.conv2d", "nn.batch_norm", "layout_transform", exit_op.OP_NAME, fused_op.OP_NAME)
+_EXPLAINED = (
+    "nn.conv2d",
+    "nn.batch_norm",
+    "layout_transform",
+    exit_op.OP_NAME,
+    fused_op.OP_NAME,
+)
 
 
 def _op_name(expr) -> str | None:

@@ -129,4 +129,6 @@ class _ExitTransposeCallback(dataflow_pattern.DFPatternCallback):
         self.pattern = dataflow_pattern.is_op("layout_transform")(self.data)
 
     def callback(self, pre, post, node_map):
-        return exit_op.nhwc_to_nchw(node_map[self.data][0]) if exit_op.is_exit_transform(pre) else post
+        if not exit_op.is_exit_transform(pre):
+            return post
+        return exit_op.nhwc_to_nchw(node_map[self.data][0])

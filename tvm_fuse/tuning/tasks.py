@@ -44,3 +44,27 @@ def extract_tasks(mod, params=None, target=None) -> list[autotvm.task.Task]:
     target = as_target(target)
     built = as_built(pipeline.optimize(mod, params), target)
     return autotvm.task.extract_from_program(built, {}, target, ops=[relay.op.get(OP_NAME)])
+
+
+def default_config_index(task: autotvm.task.Task) -> int:
+    """The index in ``task``'s config space of the analytic default (the template's fallback).
+
+    The template sets every knob from ``schedules.tiling`` when its config is a fallback; this
+    instantiates it with one and finds those values among each knob's options.
+    """
+    fallback = autotvm.task.space.FallbackConfigEntity()
+    with task.target:
+        task.instantiate(fallback)
+    space = task.config_space
+    knob = [
+        next(i for i, option in enumerate(knob_space.entities) if _same(option, fallback[name]))
+        for name, knob_space in space.space_map.items()
+    ]
+    return space.knob2point(knob)
+
+
+def _same(option, chosen) -> bool:
+    """Whether a knob's option is the fallback's choice (a split's outer factor may be -1)."""
+    if hasattr(chosen, "size"):
+        return list(option.size[1:]) == list(chosen.size[1:])
+    return option.val == chosen.val

@@ -1,7 +1,8 @@
 """``tvm_fuse.tune``: search the fused kernel's knobs for every task of a model.
 
-Each task (``tasks.extract_tasks``) gets ``n_trial`` measurements (at most its space size) by an
-AutoTVM tuner; every measurement is appended to ``log_file`` as one AutoTVM record line
+Each task (``tasks.extract_tasks``) gets ``n_trial`` measurements (at most its space size): the
+first is the analytic default (``tasks.default_config_index``), so the log's best is never a
+config measured slower than what an untuned build gets; the rest come from an AutoTVM tuner; every measurement is appended to ``log_file`` as one AutoTVM record line
 (``autotvm.callback.log_to_file``), failed ones included, so the log is valid after every batch.
 Measurement is local (``autotvm.LocalRunner``) unless a runner, or a tracker and key, are given.
 
@@ -21,7 +22,7 @@ from tvm import autotvm
 
 from ..target import as_target
 from . import rpc
-from .tasks import extract_tasks
+from .tasks import default_config_index, extract_tasks
 
 #: Tuner names -> AutoTVM tuner classes ("xgb" needs the xgboost package).
 TUNERS = {
@@ -172,7 +173,11 @@ def _tune_task(session: _Session, index: int, task) -> None:
     log = autotvm.callback.log_to_file(session.result.log_file)
     chain = [log, _counter(session.result), progress, *session.callbacks]
     try:
-        TUNERS[session.tuner](task).tune(trials, session.measure, callbacks=chain)
+        default = default_config_index(task)
+        first = autotvm.tuner.GridSearchTuner(task, range_idx=(default, default))
+        first.tune(1, session.measure, callbacks=chain)
+        if trials > 1:
+            TUNERS[session.tuner](task).tune(trials - 1, session.measure, callbacks=chain)
     finally:
         autotvm.GLOBAL_SCOPE.in_tuning = False  # autotvm leaves it set when interrupted
         progress.done()
