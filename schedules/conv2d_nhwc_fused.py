@@ -46,7 +46,7 @@ def _out_size(size, pad, window, stride, dilation):
     return (size + pad - ((window - 1) * dilation + 1)) // stride + 1
 
 
-def _define_knobs(cfg, ho, wo, co_vectors, ci, lanes, ragged_co):
+def _define_knobs(cfg, ho, wo, co_vectors, ci, lanes, ragged_co, window):
     """owb x ocb: the register tile; flat: tile the flattened Ho*Wo pixel axis (tiles cross
     rows) instead of Wo; tile_ic: the Ci split; pad_at_row: pad the input rows a parallel
     iteration reads (1) or the whole input up front (0); ic_outside: Ci blocks outside the
@@ -60,7 +60,7 @@ def _define_knobs(cfg, ho, wo, co_vectors, ci, lanes, ragged_co):
     cfg.define_knob("ic_outside", [0, 1])
     if cfg.is_fallback:
         tiles = tiling.choose_tiles(
-            tiling.machine_for(lanes), wo, co_vectors, ci, ho=ho, ragged_co=ragged_co
+            tiling.machine_for(lanes), wo, co_vectors, ci, ho=ho, ragged_co=ragged_co, window=window
         )
         cfg["owb"] = OtherOptionEntity(tiles.owb)
         cfg["ocb"] = OtherOptionEntity(tiles.ocb)
@@ -94,7 +94,8 @@ def conv2d_nhwc_fused_x86(
     (sh, sw), (dh, dw), (top, left, bottom, right) = strides, dilation, padding
     ho = _out_size(h, top + bottom, kh, sh, dh)
     wo = _out_size(w, left + right, kw, sw, dw)
-    _define_knobs(cfg, ho, wo, co_vectors, ci, lanes, ragged_co=channels != co_vectors * lanes)
+    ragged_co = channels != co_vectors * lanes
+    _define_knobs(cfg, ho, wo, co_vectors, ci, lanes, ragged_co, window=kh * kw)
     owb, flat = cfg["owb"].val, cfg["flat"].val
     wo_pad = wo if flat else -(-wo // owb) * owb
     extra = max(0, (wo_pad - 1) * sw + (kw - 1) * dw + 1 - (w + left + right))

@@ -5,15 +5,28 @@ pixels along Wo x ``ocb`` vectors of VL output channels as accumulators. Each re
 loads ``ocb`` weight vectors and broadcasts ``owb`` input values, so the tile must fit the vector
 register file together with them, and the more FMAs per load the better; pixels past Wo are
 computed and dropped, so a tile that divides Wo (or, for a flat tile, Ho*Wo) wastes nothing;
-and at least ``fma_in_flight`` independent accumulators keep both FMA pipes busy. The Ci reduction is not
-split by default: inside the register tile a split only breaks the contiguous weight stream of
-``[ky, kx, ci, VL]`` (measured 10-25 % slower on Zen 3); the split stays a knob for tuning.
+and at least ``fma_in_flight`` independent accumulators keep both FMA pipes busy. The Ci
+reduction is not split by default: inside the register tile a split only breaks the contiguous
+weight stream of ``[ky, kx, ci, VL]`` (measured 10-25 % slower on Zen 3); the split stays a knob
+for tuning.
+
+On AVX-512 (measured on an Intel rocketlake, 2 cores) a second effect decides the Wo tile:
+when a tile's weight slice (Kh*Kw*Ci x ``ocb`` vectors) overflows L1 (the host's L1d, from
+sysfs), every weight vector streams from L2 once per tile, so a weight load costs about
+``L2_WEIGHT_LOAD_COST`` broadcasts; and LLVM folds those weights into the FMAs as memory
+operands, so only the accumulators, one broadcast and one weight need registers. That model
+picks 7 px x 4 vectors for l1/seed/l2 of the layer benchmark (4-7 % faster than the base
+model's 4 x 4) and leaves stem and the 1x1 layer, whose weights fit L1, alone (7 x 4 and
+14 x 2 are 10-15 % slower there). AVX2 keeps the base model (measured on Zen 3), and so do
+flat tiles (7 x 4 is slower than the base choice on the 14x14 map).
 This module is plain Python: it knows nothing of TE.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
 
 #: Widest register tile along Wo the model considers.
 MAX_OWB = 16
@@ -23,6 +36,26 @@ MAX_OCB = 4
 #: Measured on Zen 3 (1 and 2 threads): at 56x56 and 28x28 (score gain ~7 %) both time the
 #: same; at 14x14 (8 %) flat is ~15 % faster, at 7x7 (40 %) ~30 % faster.
 FLAT_GAIN = 0.075
+#: L1 data cache the L2 weight model assumes where the host's is unknown (Zen 3/4: 32 KiB).
+DEFAULT_L1_BYTES = 32 * 1024
+#: Cost of one weight-vector load streamed from L2, in broadcasts from L1.
+L2_WEIGHT_LOAD_COST = 3
+
+
+@functools.lru_cache(maxsize=None)
+def host_l1d_bytes() -> int:
+    """The L1 data cache of this machine's core 0 (Linux sysfs), else ``DEFAULT_L1_BYTES``.
+
+    The model assumes it compiles for the machine it runs on, as ``tvm_fuse.host_target()``
+    does; a build for another machine can tune instead."""
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            level, kind, size = ((index / f).read_text().strip() for f in ("level", "type", "size"))
+        except OSError:
+            continue
+        if level == "1" and kind in ("Data", "Unified") and size.endswith("K"):
+            return int(size[:-1]) * 1024
+    return DEFAULT_L1_BYTES
 
 
 @dataclass(frozen=True)
@@ -32,6 +65,8 @@ class Machine:
     lanes: int = 8  # fp32 SIMD lanes (VL)
     vregs: int = 16  # vector registers
     fma_in_flight: int = 10  # FMA latency x FMA ports (4 x 2 on Zen 3/4), plus slack
+    l2_weight_model: bool = False  # choose Wo tiles by the L2 weight model (AVX-512)
+    l1_bytes: int = field(default_factory=host_l1d_bytes)  # L1 data cache, for that model
 
 
 @dataclass(frozen=True)
@@ -44,26 +79,31 @@ class Tiles:
 
 def machine_for(lanes: int) -> Machine:
     """The x86 machine of a SIMD width: AVX-512 has 32 vector registers, AVX2/SSE 16."""
-    return Machine(lanes=lanes, vregs=32 if lanes >= 16 else 16)
+    avx512 = lanes >= 16
+    return Machine(lanes=lanes, vregs=32 if avx512 else 16, l2_weight_model=avx512)
 
 
-def tile_score(machine: Machine, owb: int, ocb: int, wo: int) -> float:
-    """FMAs per load of one reduction step x the fraction of computed pixels kept x the
-    fraction of the FMA pipeline that ``owb * ocb`` independent accumulators keep busy."""
+def tile_score(machine: Machine, owb: int, ocb: int, wo: int, weight_cost: float = 1) -> float:
+    """FMAs per load of one reduction step (a weight load counting ``weight_cost``) x the
+    fraction of computed pixels kept x the fraction of the FMA pipeline that ``owb * ocb``
+    independent accumulators keep busy."""
     fmas = owb * ocb
     kept = wo / (-(-wo // owb) * owb)
     busy = min(1.0, fmas / machine.fma_in_flight)
-    return fmas / (fmas + owb + ocb) * kept * busy
+    return fmas / (fmas + owb + weight_cost * ocb) * kept * busy
 
 
-def register_tiles(machine: Machine, wo: int, co_vectors: int) -> list[tuple[int, int]]:
-    """Every (owb, ocb) whose accumulators, weights and one broadcast fit the registers."""
+def register_tiles(
+    machine: Machine, wo: int, co_vectors: int, weight_regs=lambda ocb: ocb
+) -> list[tuple[int, int]]:
+    """Every (owb, ocb) whose accumulators, ``weight_regs(ocb)`` weights and one broadcast fit
+    the registers."""
     return [
         (owb, ocb)
         for ocb in range(1, MAX_OCB + 1)
         if co_vectors % ocb == 0
         for owb in range(1, min(wo, MAX_OWB) + 1)
-        if owb * ocb + ocb + 1 <= machine.vregs
+        if owb * ocb + weight_regs(ocb) + 1 <= machine.vregs
     ]
 
 
@@ -75,14 +115,39 @@ def best_tile(machine: Machine, pixels: int, co_vectors: int) -> tuple[float, in
     )
 
 
+def best_tile_l2_weights(
+    machine: Machine, wo: int, co_vectors: int, reduction: int
+) -> tuple[float, int, int]:
+    """(score, owb, ocb) by the L2 weight model: a tile whose weight slice (``reduction`` =
+    Kh*Kw*Ci values x ``ocb`` vectors of fp32) overflows the L1 data cache pays
+    ``L2_WEIGHT_LOAD_COST`` per weight load and keeps its weights in memory operands."""
+
+    def streams(ocb):
+        return reduction * ocb * machine.lanes * 4 > machine.l1_bytes
+
+    return max(
+        (tile_score(machine, owb, ocb, wo, L2_WEIGHT_LOAD_COST if streams(ocb) else 1), owb, ocb)
+        for owb, ocb in register_tiles(
+            machine, wo, co_vectors, weight_regs=lambda ocb: 1 if streams(ocb) else ocb
+        )
+    )
+
+
 def choose_tiles(
-    machine: Machine, wo: int, co_vectors: int, ci: int, ho: int = 1, ragged_co: bool = False
+    machine: Machine,
+    wo: int,
+    co_vectors: int,
+    ci: int,
+    ho: int = 1,
+    ragged_co: bool = False,
+    window: int = 1,
 ) -> Tiles:
     """The model's tiles for a layer of output ``ho x wo``, Co/VL vectors and ``ci`` inputs.
 
     Tiles run along Wo unless tiling the flattened Ho*Wo axis wastes clearly less (small maps,
     e.g. 7x7: Wo-tiles of 5 compute 10 columns for 7). The flat tile pads the whole input up
-    front, which costs about a pass over it, hence the margin ``FLAT_GAIN``.
+    front, which costs about a pass over it, hence the margin ``FLAT_GAIN``. A Wo tile is then
+    re-chosen by the L2 weight model where the machine uses it (``window`` = Kh*Kw).
 
     ``ragged_co`` (Co not a multiple of VL, padded in the packed weight) always takes the flat
     tile when there is more than one row: a Wo tile is computed where the output is stored, and
@@ -94,4 +159,6 @@ def choose_tiles(
     flat_score, flat_owb, flat_ocb = best_tile(machine, ho * wo, co_vectors)
     if ho > 1 and (ragged_co or flat_score > score * (1 + FLAT_GAIN)):
         return Tiles(owb=flat_owb, ocb=flat_ocb, icb=ci, flat=True)
+    if machine.l2_weight_model:
+        _, owb, ocb = best_tile_l2_weights(machine, wo, co_vectors, window * ci)
     return Tiles(owb=owb, ocb=ocb, icb=ci)

@@ -54,3 +54,31 @@ def test_ragged_co_takes_the_flat_tile_on_every_simd_width():
         assert tiling.choose_tiles(machine, wo=56, co_vectors=2, ci=24, ho=56, ragged_co=True).flat
         one_row = tiling.choose_tiles(machine, wo=7, co_vectors=2, ci=24, ho=1, ragged_co=True)
         assert not one_row.flat
+
+
+def test_avx512_rows_tile_streams_weights_from_l2_when_they_overflow_l1():
+    """l1-like 3x3 layers get 7 px x 4 vectors (28 accumulators, weights as FMA operands)."""
+    machine = tiling.Machine(lanes=16, vregs=32, l2_weight_model=True, l1_bytes=48 * 1024)
+    assert tiling.choose_tiles(machine, wo=56, co_vectors=4, ci=64, ho=56, window=9) == (
+        tiling.Tiles(7, 4, 64)
+    )
+    base = tiling.Machine(lanes=16, vregs=32, l2_weight_model=False, l1_bytes=48 * 1024)
+    assert tiling.choose_tiles(base, wo=56, co_vectors=4, ci=64, ho=56, window=9) == (
+        tiling.Tiles(4, 4, 64)
+    )
+
+
+def test_avx512_weights_that_fit_l1_keep_the_base_tile():
+    """The stem (7x7x3 weights, 37.6 KB for 4 vectors) and a 1x1 layer: as without the model."""
+    with_model, without = (
+        tiling.Machine(lanes=16, vregs=32, l2_weight_model=uses, l1_bytes=48 * 1024)
+        for uses in (True, False)
+    )
+    for wo, co_vectors, ci, window in [(112, 4, 3, 49), (28, 8, 64, 1)]:
+        layer = dict(wo=wo, co_vectors=co_vectors, ci=ci, ho=wo, window=window)
+        assert tiling.choose_tiles(with_model, **layer) == tiling.choose_tiles(without, **layer)
+
+
+def test_avx2_and_the_host_l1():
+    assert not tiling.machine_for(8).l2_weight_model and tiling.machine_for(16).l2_weight_model
+    assert tiling.host_l1d_bytes() >= 16 * 1024
