@@ -85,6 +85,7 @@ def rpc_runner(
     repeat: int = 3,
     timeout: float = 10.0,
     check_timeout: float = CHECK_TIMEOUT,
+    min_repeat_ms: int = 0,
 ) -> autotvm.RPCRunner:
     """An ``autotvm.RPCRunner`` measuring on the devices registered under ``key``."""
     servers = check_tracker(host, port, key, check_timeout)
@@ -95,6 +96,7 @@ def rpc_runner(
         number=number,
         repeat=repeat,
         timeout=timeout,
+        min_repeat_ms=min_repeat_ms,
         n_parallel=max(1, servers),
         enable_cpu_cache_flush=True,
     )
