@@ -13,10 +13,11 @@ for tuning.
 On AVX-512 (measured on an Intel rocketlake, 2 cores) a second effect decides the Wo tile:
 when a tile's weight slice (Kh*Kw*Ci x ``ocb`` vectors) overflows L1 (the host's L1d, from
 sysfs), every weight vector streams from L2 once per tile, so a weight load costs about
-``L2_WEIGHT_LOAD_COST`` broadcasts; and LLVM folds those weights into the FMAs as memory
-operands, so only the accumulators, one broadcast and one weight need registers. That model
-picks 7 px x 4 vectors for l1/seed/l2 of the layer benchmark (4-7 % faster than the base
-model's 4 x 4) and leaves stem and the 1x1 layer, whose weights fit L1, alone (7 x 4 and
+``L2_WEIGHT_LOAD_COST`` broadcasts, and a tile one register over the file pays off: for
+7 px x 4 vectors (28 accumulators + 4 weights + 1 broadcast = 33 zmm) LLVM spills one
+accumulator, one store and one load per 28 FMAs (seen in the assembly), far less than the
+weight traffic it saves. That model picks 7 x 4 for l1/seed/l2 of the layer benchmark (5-6 %
+faster than the base model's 4 x 4 in an interleaved A/B) and leaves stem and the 1x1 layer, whose weights fit L1, alone (7 x 4 and
 14 x 2 are 10-15 % slower there). AVX2 keeps the base model (measured on Zen 3), and so do
 flat tiles (7 x 4 is slower than the base choice on the 14x14 map).
 This module is plain Python: it knows nothing of TE.
@@ -94,16 +95,16 @@ def tile_score(machine: Machine, owb: int, ocb: int, wo: int, weight_cost: float
 
 
 def register_tiles(
-    machine: Machine, wo: int, co_vectors: int, weight_regs=lambda ocb: ocb
+    machine: Machine, wo: int, co_vectors: int, spills=lambda ocb: 0
 ) -> list[tuple[int, int]]:
-    """Every (owb, ocb) whose accumulators, ``weight_regs(ocb)`` weights and one broadcast fit
-    the registers."""
+    """Every (owb, ocb) whose accumulators, ``ocb`` weights and one broadcast fit the registers
+    with at most ``spills(ocb)`` registers spilled."""
     return [
         (owb, ocb)
         for ocb in range(1, MAX_OCB + 1)
         if co_vectors % ocb == 0
         for owb in range(1, min(wo, MAX_OWB) + 1)
-        if owb * ocb + weight_regs(ocb) + 1 <= machine.vregs
+        if owb * ocb + ocb + 1 <= machine.vregs + spills(ocb)
     ]
 
 
@@ -120,7 +121,7 @@ def best_tile_l2_weights(
 ) -> tuple[float, int, int]:
     """(score, owb, ocb) by the L2 weight model: a tile whose weight slice (``reduction`` =
     Kh*Kw*Ci values x ``ocb`` vectors of fp32) overflows the L1 data cache pays
-    ``L2_WEIGHT_LOAD_COST`` per weight load and keeps its weights in memory operands."""
+    ``L2_WEIGHT_LOAD_COST`` per weight load and may spill one register."""
 
     def streams(ocb):
         return reduction * ocb * machine.lanes * 4 > machine.l1_bytes
@@ -128,7 +129,7 @@ def best_tile_l2_weights(
     return max(
         (tile_score(machine, owb, ocb, wo, L2_WEIGHT_LOAD_COST if streams(ocb) else 1), owb, ocb)
         for owb, ocb in register_tiles(
-            machine, wo, co_vectors, weight_regs=lambda ocb: 1 if streams(ocb) else ocb
+            machine, wo, co_vectors, spills=lambda ocb: 1 if streams(ocb) else 0
         )
     )
 

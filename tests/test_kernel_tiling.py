@@ -57,7 +57,7 @@ def test_ragged_co_takes_the_flat_tile_on_every_simd_width():
 
 
 def test_avx512_rows_tile_streams_weights_from_l2_when_they_overflow_l1():
-    """l1-like 3x3 layers get 7 px x 4 vectors (28 accumulators, weights as FMA operands)."""
+    """l1-like 3x3 layers get 7 px x 4 vectors (28 accumulators: one register spilled)."""
     machine = tiling.Machine(lanes=16, vregs=32, l2_weight_model=True, l1_bytes=48 * 1024)
     assert tiling.choose_tiles(machine, wo=56, co_vectors=4, ci=64, ho=56, window=9) == (
         tiling.Tiles(7, 4, 64)
