@@ -5,7 +5,8 @@ Why it exists: TVM's injective schedule of ``layout_transform(NHWC -> NCHW)`` pa
 re-reads the full feature map. On a 112x112x64 map (a stem conv's output, 3.2 MB) that is
 1.34 ms on 2 cores, twice the conv itself (measured on rocketlake, AVX-512). This kernel runs
 parallel over (N, H) instead: each iteration reads one input row (W x C floats, L1-resident)
-and writes it as tiles of up to ``VL`` channels x ``VL`` columns, vectorized along W: 0.13 ms there.
+and writes it as tiles of up to ``VL`` channels x ``VL`` columns, vectorized along W: 0.13 ms
+there.
 """
 
 from tvm import te

@@ -17,9 +17,10 @@ sysfs), every weight vector streams from L2 once per tile, so a weight load cost
 7 px x 4 vectors (28 accumulators + 4 weights + 1 broadcast = 33 zmm) LLVM spills one
 accumulator, one store and one load per 28 FMAs (seen in the assembly), far less than the
 weight traffic it saves. That model picks 7 x 4 for l1/seed/l2 of the layer benchmark (5-6 %
-faster than the base model's 4 x 4 in an interleaved A/B) and leaves stem and the 1x1 layer, whose weights fit L1, alone (7 x 4 and
-14 x 2 are 10-15 % slower there). AVX2 keeps the base model (measured on Zen 3), and so do
-flat tiles (7 x 4 is slower than the base choice on the 14x14 map).
+faster than the base model's 4 x 4 in an interleaved A/B) and leaves stem and the 1x1 layer,
+whose weights fit L1, alone (7 x 4 and 14 x 2 are 10-15 % slower there). AVX2 keeps the base
+model (measured on Zen 3), and so do flat tiles (7 x 4 is slower than the base choice on the
+14x14 map).
 This module is plain Python: it knows nothing of TE.
 """
 
@@ -108,30 +109,25 @@ def register_tiles(
     ]
 
 
-def best_tile(machine: Machine, pixels: int, co_vectors: int) -> tuple[float, int, int]:
-    """(score, owb, ocb) of the best register tile along a pixel axis of length ``pixels``."""
-    return max(
-        (tile_score(machine, owb, ocb, pixels), owb, ocb)
-        for owb, ocb in register_tiles(machine, pixels, co_vectors)
-    )
-
-
-def best_tile_l2_weights(
-    machine: Machine, wo: int, co_vectors: int, reduction: int
+def best_tile(
+    machine: Machine, pixels: int, co_vectors: int, streams=lambda ocb: False
 ) -> tuple[float, int, int]:
-    """(score, owb, ocb) by the L2 weight model: a tile whose weight slice (``reduction`` =
-    Kh*Kw*Ci values x ``ocb`` vectors of fp32) overflows the L1 data cache pays
-    ``L2_WEIGHT_LOAD_COST`` per weight load and may spill one register."""
+    """(score, owb, ocb) of the best register tile along a pixel axis of length ``pixels``.
 
-    def streams(ocb):
-        return reduction * ocb * machine.lanes * 4 > machine.l1_bytes
+    ``streams(ocb)``: whether a tile of ``ocb`` vectors streams its weights from L2 (the L2
+    weight model); such a tile pays ``L2_WEIGHT_LOAD_COST`` per weight load and may spill one
+    register."""
+    def score(owb, ocb):
+        return tile_score(machine, owb, ocb, pixels, L2_WEIGHT_LOAD_COST if streams(ocb) else 1)
 
-    return max(
-        (tile_score(machine, owb, ocb, wo, L2_WEIGHT_LOAD_COST if streams(ocb) else 1), owb, ocb)
-        for owb, ocb in register_tiles(
-            machine, wo, co_vectors, spills=lambda ocb: 1 if streams(ocb) else 0
-        )
-    )
+    tiles = register_tiles(machine, pixels, co_vectors, spills=lambda ocb: int(streams(ocb)))
+    return max((score(owb, ocb), owb, ocb) for owb, ocb in tiles)
+
+
+def weights_overflow_l1(machine: Machine, reduction: int):
+    """``streams`` for :func:`best_tile`: whether ``reduction`` (Kh*Kw*Ci) fp32 values x
+    ``ocb`` vectors overflow the machine's L1 data cache."""
+    return lambda ocb: reduction * ocb * machine.lanes * 4 > machine.l1_bytes
 
 
 def choose_tiles(
@@ -161,5 +157,5 @@ def choose_tiles(
     if ho > 1 and (ragged_co or flat_score > score * (1 + FLAT_GAIN)):
         return Tiles(owb=flat_owb, ocb=flat_ocb, icb=ci, flat=True)
     if machine.l2_weight_model:
-        _, owb, ocb = best_tile_l2_weights(machine, wo, co_vectors, window * ci)
+        _, owb, ocb = best_tile(machine, wo, co_vectors, weights_overflow_l1(machine, window * ci))
     return Tiles(owb=owb, ocb=ocb, icb=ci)

@@ -15,15 +15,18 @@ import tvm
 from tvm import relay
 from tvm.relay.op import op as _op
 
+from .ir_utils import op_is_registered
+
 OP_NAME = "tvm_fuse.nhwc_to_nchw"
 
 
+#: The ops that change an activation's or weight's layout: TVM's and this one.
+LAYOUT_TRANSFORM_OPS = ("layout_transform", OP_NAME)
+
+
 def _register():
-    try:
-        relay.op.get(OP_NAME)
+    if op_is_registered(OP_NAME):
         return
-    except tvm.TVMError:
-        pass
     _op.register(OP_NAME, "NHWC -> NCHW transpose of an activation at the graph exit (tvm_fuse).")
     exit_op = relay.op.get(OP_NAME)
     exit_op.set_num_inputs(1)

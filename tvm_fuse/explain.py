@@ -29,13 +29,7 @@ from .target import as_target
 
 _BN_PARAMS = ("gamma", "beta", "mean", "var")
 _BIAS_OPS = ("nn.bias_add", "add")
-_EXPLAINED = (
-    "nn.conv2d",
-    "nn.batch_norm",
-    "layout_transform",
-    exit_op.OP_NAME,
-    fused_op.OP_NAME,
-)
+_EXPLAINED = ("nn.conv2d", "nn.batch_norm", *exit_op.LAYOUT_TRANSFORM_OPS, fused_op.OP_NAME)
 
 
 def _op_name(expr) -> str | None:
@@ -174,13 +168,13 @@ def layout_transforms(mod: tvm.IRModule) -> list[str]:
     lines = []
     for func in relay_functions(relay.transform.InferType()(mod)).values():
         for call in _calls(func):
-            arg = call.args[0] if call.args else None
             if _op_name(call) == "layout_transform":
                 layouts = f"{call.attrs.src_layout} -> {call.attrs.dst_layout}"
             elif _op_name(call) == exit_op.OP_NAME:
                 layouts = f"NHWC -> NCHW ({exit_op.OP_NAME})"
             else:
                 continue
+            arg = call.args[0]
             lines.append(f"{layouts} {_shape(arg)} of {_source(arg)}")
     return lines
 

@@ -53,6 +53,15 @@ def count_ops(mod) -> collections.Counter:
     return counts
 
 
+def op_is_registered(name: str) -> bool:
+    """Whether a Relay op ``name`` exists (registering an op twice is an error in TVM)."""
+    try:
+        relay.op.get(name)
+    except tvm.TVMError:
+        return False
+    return True
+
+
 def relay_functions(mod: tvm.IRModule) -> dict:
     """GlobalVar -> relay.Function for every Relay function of ``mod`` (PrimFuncs left out)."""
     return {gv: f for gv, f in mod.functions.items() if isinstance(f, relay.Function)}

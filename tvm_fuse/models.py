@@ -18,6 +18,8 @@ import numpy as np
 import tvm
 from tvm.relay import testing
 
+from . import exit_op
+
 #: Name -> ``get_workload(batch_size)`` of relay.testing (NCHW, float32, 1000 classes).
 ZOO = {
     "resnet-18": lambda batch: testing.resnet.get_workload(num_layers=18, batch_size=batch),
@@ -73,7 +75,7 @@ def built_layout_transforms(lib) -> list[str]:
     ``tvmgen_default_fused_layout_transform``), so a weight transform left at run time shows up.
     """
     nodes = json.loads(lib.get_graph_json())["nodes"]
-    kinds = ("layout_transform", "nhwc_to_nchw")
+    kinds = [name.replace(".", "_") for name in exit_op.LAYOUT_TRANSFORM_OPS]  # as in node names
     return [
         n["name"]
         for n in nodes

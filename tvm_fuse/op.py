@@ -18,6 +18,7 @@ import tvm
 from tvm import relay
 from tvm.relay.op import op as _op
 
+from .ir_utils import op_is_registered
 from .spec import KernelSpec, TensorSpec
 
 OP_NAME = "tvm_fuse.conv2d_nhwc_fused"
@@ -26,7 +27,7 @@ _LAYOUT_AXES = {"N": 0, "H": 1, "W": 2, "C": 3}
 
 
 def _register():
-    if _is_registered():
+    if op_is_registered(OP_NAME):
         return
     _op.register(OP_NAME, "Fused NHWC conv2d + bias + [residual add] + activation (tvm_fuse).")
     fused = relay.op.get(OP_NAME)
@@ -37,14 +38,6 @@ def _register():
     fused.add_argument("residual", "Tensor", "output-shaped addend, when attrs.has_residual")
     fused.add_type_rel("TvmFuseConv2DNHWCFusedRel", _type_relation)
     _op.register_pattern(OP_NAME, _op.OpPattern.OPAQUE)
-
-
-def _is_registered() -> bool:
-    try:
-        relay.op.get(OP_NAME)
-    except tvm.TVMError:
-        return False
-    return True
 
 
 def kernel_out_channels_and_window(kernel_layout: str, shape) -> tuple[int, int, int]:

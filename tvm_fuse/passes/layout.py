@@ -63,7 +63,7 @@ def count_layout_transforms(mod) -> int:
     """Number of layout transforms of activations and weights in all Relay functions of ``mod``
     (or in one expr): ``layout_transform`` calls plus the exit transposes ``nhwc_to_nchw``."""
     counts = count_ops(mod)
-    return counts["layout_transform"] + counts[exit_op.OP_NAME]
+    return sum(counts[name] for name in exit_op.LAYOUT_TRANSFORM_OPS)
 
 
 def _convert_module(mod: tvm.IRModule, _ctx) -> tvm.IRModule:

@@ -2,7 +2,8 @@
 
 Each task (``tasks.extract_tasks``) gets ``n_trial`` measurements (at most its space size): the
 first is the analytic default (``tasks.default_config_index``), so the log's best is never a
-config measured slower than what an untuned build gets; the rest come from an AutoTVM tuner; every measurement is appended to ``log_file`` as one AutoTVM record line
+config measured slower than what an untuned build gets; the rest come from an AutoTVM tuner.
+Every measurement is appended to ``log_file`` as one AutoTVM record line
 (``autotvm.callback.log_to_file``), failed ones included, so the log is valid after every batch.
 Measurement is local (``autotvm.LocalRunner``) unless a runner, or a tracker and key, are given.
 
@@ -69,7 +70,7 @@ def default_tuner() -> str:
 
 
 #: Shortest timing of one repeat: shorter ones were dominated by the measuring process's
-#: warm-up (the first config of a session measured at 1.4-1.9x its real time on rocketlake).
+#: warm-up (the first config of a session measured at up to 2x its real time on rocketlake).
 MIN_REPEAT_MS = 100
 
 
