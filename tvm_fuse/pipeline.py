@@ -128,7 +128,7 @@ class _FusedCallCollector(relay.ExprVisitor):
     def visit_call(self, call):
         super().visit_call(call)  # arguments first: specs come out in execution order
         if fused_op.is_fused_call(call):
-            self.specs.append(fused_op.spec_from_call(call))
+            self.specs.append(fused_op.spec_of_call(call))
 
 
 def describe(mod: tvm.IRModule) -> list[KernelSpec]:

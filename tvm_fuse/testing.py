@@ -11,6 +11,8 @@ import tvm
 from tvm import relay
 from tvm.contrib import graph_executor
 
+from .op import fused_call, is_fused_call, spec_of_call
+from .spec import KernelSpec
 from .target import as_target
 
 
@@ -41,3 +43,21 @@ def assert_close(got, ref, rtol=1e-5):
         assert g.shape == r.shape, f"output {i}: shape {g.shape}, reference {r.shape}"
         err = relative_error(g, r)
         assert err <= rtol, f"output {i}: relative error {err:.3g} > {rtol:g}"
+
+
+def fused_conv_call(data, weight, bias=None, residual=None, **fields) -> relay.Call:
+    """A fused call of ``data`` (NHWC) and an HWIO ``weight`` (Relay vars, constants or fused
+    calls), its spec derived from their shapes; ``fields``: strides, padding, dilation,
+    activation, alpha."""
+    conv = {k: fields.pop(k) for k in ("strides", "padding", "dilation") if k in fields}
+    spec = KernelSpec.conv(_static_shape(data), _static_shape(weight), **conv)
+    spec = spec.with_epilogue(bias is not None, residual is not None, **fields)
+    return fused_call(spec, data, weight, bias, residual)
+
+
+def _static_shape(expr) -> tuple[int, ...]:
+    if is_fused_call(expr):
+        return spec_of_call(expr).out.shape
+    if isinstance(expr, relay.Constant):
+        return tuple(expr.data.shape)
+    return tuple(int(d) for d in expr.type_annotation.shape)
