@@ -3,8 +3,8 @@
 One call of this op is one fused kernel. Its arguments are ``data`` (NHWC), ``weight`` (in
 ``kernel_layout``: ``HWIO`` as the graph half makes it, or a packed layout the kernel asks for),
 then ``bias`` ([Co]) if ``has_bias`` and ``residual`` (the output's shape) if ``has_residual``.
-Its attributes carry the rest of the task description (DESIGN.md §1), and convert both ways to
-:class:`tvm_fuse.spec.KernelSpec`.
+Its attributes carry the rest of the task description (``docs/architecture.md``) and convert
+both ways to :class:`tvm_fuse.spec.KernelSpec`.
 
 The op is OPAQUE to ``FuseOps``: the epilogue is already inside it, and the kernel half, not
 TVM's generic fusion, decides how it is computed. Importing this module registers the op once.
@@ -22,8 +22,6 @@ from .ir_utils import op_is_registered
 from .spec import KernelSpec, TensorSpec
 
 OP_NAME = "tvm_fuse.conv2d_nhwc_fused"
-
-_LAYOUT_AXES = {"N": 0, "H": 1, "W": 2, "C": 3}
 
 
 def _register():
