@@ -1,7 +1,8 @@
 """KernelSpec: the task description the graph half hands to the kernel half.
 
-This is the border of DESIGN.md §1. It says *what* one fused kernel computes — tensors (shape,
-layout, dtype), conv parameters and the epilogue — and nothing about *how*: no Relay, no loops.
+This is the border between the halves (``docs/architecture.md``). It says *what* one fused
+kernel computes — tensors (shape, layout, dtype), conv parameters and the epilogue — and nothing
+about *how*: no Relay, no loops.
 ``tvm_fuse.op`` converts it to and from the fused op's attributes; ``schedules/`` reads it to
 choose tiles. It round-trips through JSON so a task can be stored, compared and tuned.
 """
