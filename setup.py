@@ -1,7 +1,7 @@
 """Install tvm_fuse: the graph half (``tvm_fuse``) and the kernel half (``schedules/``).
 
 The kernel half lives in the top-level ``schedules/`` folder and is installed as
-``tvm_fuse.schedules`` so that the import namespace stays clean (DESIGN.md §3).
+``tvm_fuse.schedules`` so that the import namespace stays clean (``docs/architecture.md``).
 """
 
 from setuptools import setup

@@ -1,4 +1,4 @@
-"""Per-layer benchmark (issue 3): conv + BN + ReLU, batch 1, fp32, ``common.THREADS`` threads.
+"""Per-layer benchmark: conv + BN + ReLU, batch 1, fp32, ``common.THREADS`` threads.
 
 Each layer is an NCHW Relay graph ``conv2d -> batch_norm -> relu`` with seeded random weights
 and BN statistics, timed side by side in one run as: ``tvm_fuse.build``; stock ``relay.build``

@@ -1,4 +1,4 @@
-"""Whole-model benchmark (issue 4): ResNet-18/50, batch 1, fp32, ``common.THREADS`` threads.
+"""Whole-model benchmark: ResNet-18/50, batch 1, fp32, ``common.THREADS`` threads.
 
 The networks are ``tvm.relay.testing.resnet.get_workload`` (pre-activation ResNet v2 with a BN
 on the input) with seeded random BN statistics and biases (``tvm_fuse.models.zoo_workload``), so

@@ -1,10 +1,10 @@
-"""Analytic default vs AutoTVM-tuned fused kernel, per layer of the layer benchmark (issue 7).
+"""Analytic default vs AutoTVM-tuned fused kernel, per layer of the layer benchmark.
 
 For each layer of ``bench_layers.LAYERS``: tune the fused kernel with ``tvm_fuse.tune`` for a
 fixed budget (``--trials``, 64 by default; local measurement), then time, interleaved and
 checked against stock TVM, three builds: stock TVM NCHWc (the reference), tvm_fuse with the
 analytic default, tvm_fuse with the tuned records. Reports the gain of tuning per layer and
-whether the default is within 15 % of the tuned best (issue 7's target). The full run takes
+whether the default is within 15 % of the tuned best (``DEFAULT_SLACK``). The full run takes
 long (seven layers x 64 measurements); ``--trials 16 --layers l2,l4`` is a short one.
 
     python benchmarks/bench_tuning.py [--trials N] [--layers l2,l4] [--quick] [--log PATH]
@@ -24,7 +24,7 @@ from benchmarks import bench_layers, common  # noqa: E402  (common pins the thre
 import tvm_fuse  # noqa: E402
 
 IMPLS = ("tvm_nchwc", "default", "tuned")
-#: Issue 7: the analytic default within this fraction of the tuned best.
+#: The goal: the analytic default within this fraction of the tuned best.
 DEFAULT_SLACK = 0.15
 
 

@@ -1,4 +1,4 @@
-"""The model-zoo check (issue 4): every relay.testing network, ``tvm_fuse.build`` vs stock TVM.
+"""The model-zoo check: every relay.testing network, ``tvm_fuse.build`` vs stock TVM.
 
 For each (model, batch) it builds the network twice, with ``tvm_fuse.build`` and with stock
 ``relay.build`` at opt_level 3, runs both on one seeded input and reports: the fused kernels
@@ -31,7 +31,7 @@ from tvm_fuse import models, testing  # noqa: E402
 from tvm_fuse.examples import random_inputs  # noqa: E402
 from tvm_fuse.passes.layout import count_layout_transforms  # noqa: E402
 
-#: (model, batch) pairs of issue 4.
+#: (model, batch) pairs checked: ResNets at two batch sizes, the rest of the zoo at batch 1.
 CASES = [("resnet-18", 1), ("resnet-18", 2), ("resnet-50", 1), ("resnet-50", 2)] + [
     (name, 1) for name in ("mobilenet", "vgg-11", "squeezenet1.1", "inception_v3", "densenet-121")
 ]

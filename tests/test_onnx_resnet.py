@@ -1,4 +1,4 @@
-"""ResNet-18 from PyTorch through ONNX (issue 4): tvm_fuse.build equals ONNX Runtime and PyTorch.
+"""ResNet-18 from PyTorch through ONNX: tvm_fuse.build equals ONNX Runtime and PyTorch.
 
 The network is ``benchmarks.bench_models.torch_resnet`` (relay.testing's pre-activation ResNet
 v2 in PyTorch) with random weights and random BN statistics, exported with its

@@ -1,18 +1,14 @@
 """tvm_fuse: conv -> BatchNorm -> activation chains compiled into fused NHWC kernels for TVM Relay.
 
-Importing the package registers the fused Relay op and its TOPI strategy.
+Importing the package registers the fused Relay op and its TOPI strategy, and nothing else: it
+leaves the process environment alone. How the pieces fit: ``docs/architecture.md``.
 """
 
-import os
-
-# No network here: without this, autotvm tries to download TopHub logs on every build.
-os.environ.setdefault("TOPHUB_LOCATION", "NONE")
-
-from . import op, strategy  # noqa: E402  (register the fused op and its strategy)
-from .pipeline import build, describe, optimize, pipeline  # noqa: E402
-from .spec import KernelSpec, TensorSpec  # noqa: E402
-from .target import host_target  # noqa: E402
-from .tuning import tune  # noqa: E402
+from . import op, strategy  # noqa: F401  (importing them registers the fused op and strategy)
+from .pipeline import build, describe, optimize, pipeline
+from .spec import KernelSpec, TensorSpec
+from .target import host_target
+from .tuning import tune
 
 __all__ = [
     "KernelSpec",

@@ -24,7 +24,7 @@ from tvm.driver.tvmc.shape_parser import parse_shape_string
 
 from .errors import UserError
 from .progress import Progress
-from .tuning import add_cli as add_tune_cli
+from .tuning.cli import add_cli as add_tune_cli
 
 PROG = "tvm-fuse"
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"

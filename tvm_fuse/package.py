@@ -21,7 +21,7 @@ import tvm
 from tvm.driver.tvmc import compiler
 from tvm.driver.tvmc.model import TVMCModel
 
-from . import user_inputs
+from . import dispatch, user_inputs
 from .errors import UserError
 from .pipeline import describe
 from .progress import Progress
@@ -89,9 +89,10 @@ def compile_onnx(
             kernels = describe(optimized)
         with progress.stage(f"building for {llvm} ({len(kernels)} fused kernels)"):
             built = os.path.join(scratch, Path(output).name)
-            compiler.compile_model(
-                TVMCModel(optimized, {}), str(llvm), tuning_records=records, package_path=built
-            )
+            with dispatch.build_context():  # tvmc's build would consult TopHub without records
+                compiler.compile_model(
+                    TVMCModel(optimized, {}), str(llvm), tuning_records=records, package_path=built
+                )
         with progress.stage(f"writing {output}"):
             os.replace(built, output)
     return Compiled(str(output), llvm, kernels)

@@ -1,4 +1,4 @@
-"""The drop-in pass pipeline and the public ``optimize`` / ``build`` / ``describe`` (DESIGN.md §3).
+"""The drop-in pass pipeline and the public ``optimize`` / ``build`` / ``describe``.
 
 ``pipeline()`` is an ordinary ``tvm.transform.Sequential``: FoldBatchNorm, ConvertLayoutNHWC,
 FoldConstant, FuseConvBiasAct. ``optimize`` binds the params first (the passes only fold
@@ -12,13 +12,14 @@ from __future__ import annotations
 import tvm
 from tvm import relay
 
+from . import dispatch
 from . import op as fused_op
+from .ir_utils import relay_functions
 from .passes.fold_bn import FoldBatchNorm
 from .passes.fuse import FuseConvBiasAct
 from .passes.layout import ConvertLayoutNHWC
 from .spec import KernelSpec
 from .target import as_target
-from .tuning.records import apply_records, check_records
 
 OPT_LEVEL = 3
 
@@ -96,13 +97,14 @@ def build(mod, params=None, target=None, tuning_records=None, **kwargs):
     and NCHW input shapes (the layout change is inside the graph). ``tuning_records``: an AutoTVM
     log (``tvm_fuse.tune``), validated as a whole first (``tuning.records.check_records``: a
     ``RecordsError`` for a corrupt or foreign log) and applied with ``apply_history_best``;
-    kernels without a record use the analytic default.
+    kernels without a record use the analytic default. TopHub is never consulted
+    (``dispatch.build_context``).
     """
     target = as_target(target)
-    records = check_records(tuning_records, target) if tuning_records is not None else None
+    records = dispatch.checked_records(tuning_records, target)
     mod = optimize(mod, params)
     _require_static_inputs(mod)
-    with _pass_context(), apply_records(records):
+    with _pass_context(), dispatch.build_context(records):
         return relay.build(mod, target=target, **kwargs)
 
 
@@ -120,22 +122,13 @@ def _require_static_inputs(mod: tvm.IRModule) -> None:
             )
 
 
-class _FusedCallCollector(relay.ExprVisitor):
-    def __init__(self):
-        super().__init__()
-        self.specs: list[KernelSpec] = []
-
-    def visit_call(self, call):
-        super().visit_call(call)  # arguments first: specs come out in execution order
-        if fused_op.is_fused_call(call):
-            self.specs.append(fused_op.spec_of_call(call))
-
-
 def describe(mod: tvm.IRModule) -> list[KernelSpec]:
-    """The task description of every fused kernel in an optimized module, in execution order."""
+    """The task description of every fused kernel in an optimized module, in execution order
+    (a post-order walk, in C++: arguments first, and no Python recursion on deep graphs)."""
     mod = relay.transform.InferType()(_as_module(mod))
-    collector = _FusedCallCollector()
-    for _, func in mod.functions.items():
-        if isinstance(func, relay.Function):
-            collector.visit(func)
-    return collector.specs
+    calls: list = []
+    for func in relay_functions(mod).values():
+        relay.analysis.post_order_visit(
+            func, lambda node: calls.append(node) if fused_op.is_fused_call(node) else None
+        )
+    return [fused_op.spec_of_call(call) for call in calls]

@@ -155,11 +155,6 @@ class Placer:
         return offsets, arena
 
 
-def place(blocks, order, fit, alignment: int = DEFAULT_ALIGNMENT) -> tuple[list[int], int]:
-    """Place ``blocks`` in ``order``, each where ``fit`` says among the time-overlapping ones."""
-    return Placer(blocks, alignment).place(order, fit)
-
-
 def hill_climb(placer: Placer, order, fit, floor: int, budget: int, seed: int = 0):
     """Improve a placement order: move a block that touches the arena's top earlier (or swap two
     blocks at random, half the time) and keep the new order when the arena does not grow.

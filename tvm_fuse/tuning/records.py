@@ -17,7 +17,6 @@ have (the analytic default is used for kernels without a record), records of oth
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 
@@ -32,11 +31,6 @@ TARGET_ATTRS = ("mcpu", "mtriple")
 
 class RecordsError(ValueError):
     """A tuning log that cannot be applied; ``str()`` names the file, line and reason."""
-
-
-def read_records(path) -> list:
-    """Every ``(MeasureInput, MeasureResult)`` of the log at ``path``, or a RecordsError."""
-    return [record for _, record in _numbered_records(path)]
 
 
 def _numbered_records(path) -> list:
@@ -125,13 +119,3 @@ def check_records(path, target=None) -> list:
             "ops; tune this model with 'tvm-fuse tune'"
         )
     return [record for _, record in numbered]
-
-
-@contextlib.contextmanager
-def apply_records(records):
-    """``autotvm.apply_history_best`` over already checked ``records`` (None: nothing applied)."""
-    if records is None:
-        yield None
-        return
-    with autotvm.apply_history_best(records) as context:
-        yield context

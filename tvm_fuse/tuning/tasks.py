@@ -16,7 +16,8 @@ from __future__ import annotations
 import tvm
 from tvm import autotvm, relay
 
-from .. import pipeline
+from .. import dispatch
+from ..pipeline import OPT_LEVEL, optimize
 from ..op import OP_NAME
 from ..target import as_target
 
@@ -30,7 +31,7 @@ def as_built(mod: tvm.IRModule, target) -> tvm.IRModule:
             relay.transform.FoldConstant(),
         ]
     )
-    with target, tvm.transform.PassContext(opt_level=pipeline.OPT_LEVEL):
+    with target, tvm.transform.PassContext(opt_level=OPT_LEVEL):
         return seq(mod)
 
 
@@ -42,8 +43,9 @@ def extract_tasks(mod, params=None, target=None) -> list[autotvm.task.Task]:
     (see ``strategy.fast_path_refusal``) have no knobs and give no task.
     """
     target = as_target(target)
-    built = as_built(pipeline.optimize(mod, params), target)
-    return autotvm.task.extract_from_program(built, {}, target, ops=[relay.op.get(OP_NAME)])
+    built = as_built(optimize(mod, params), target)
+    with dispatch.build_context():
+        return autotvm.task.extract_from_program(built, {}, target, ops=[relay.op.get(OP_NAME)])
 
 
 def default_config_index(task: autotvm.task.Task) -> int:
