@@ -109,8 +109,11 @@ def _bench(args, extra) -> int:
 
 
 def _tvmc(argv) -> int:
-    from . import tvmc  # pylint: disable=import-outside-toplevel
+    from . import tvmc, user_inputs  # pylint: disable=import-outside-toplevel
 
+    for arg in argv:  # tvmc's ONNX loader reads external data wherever the model points
+        if arg.lower().endswith(".onnx") and Path(arg).is_file():
+            user_inputs.read_onnx(arg)
     return tvmc.main(argv)
 
 
@@ -166,13 +169,13 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     """Run the ``tvm-fuse`` command line ``argv`` (default: ``sys.argv[1:]``); the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["tvmc"]:  # everything after it is tvmc's, --help included
-        return _tvmc(argv[1:])
-    top = parser()
-    args, extra = top.parse_known_args(argv)
-    if extra and args.command != "bench":
-        top.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
+        if argv[:1] == ["tvmc"]:  # everything after it is tvmc's, --help included
+            return _tvmc(argv[1:])
+        top = parser()
+        args, extra = top.parse_known_args(argv)
+        if extra and args.command != "bench":
+            top.error(f"unrecognized arguments: {' '.join(extra)}")
         return args.run(args, extra)
     except UserError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)

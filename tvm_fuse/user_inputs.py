@@ -4,6 +4,9 @@ file, input or target and what to do, before any long work starts.
 
 The model is loaded by tvmc's own ``frontends.load_model`` (so ``tvm-fuse compile`` and ``tvmc
 compile`` see the same Relay module). Refused: a missing file, a file that is not an ONNX model,
+external data that lies outside the model's folder (``..``, an absolute path, a symlink out) or
+cannot be read -- checked before any of it is loaded, since a crafted model could otherwise copy
+any readable file into the package --,
 input shapes for inputs the model does not have or that do not type-check, inputs left with a
 dynamic shape, a target string TVM does not parse, a non-llvm target, an ``-mcpu`` LLVM does not
 know (LLVM would silently fall back to ``generic``: no AVX), an output path that cannot be written.
@@ -11,12 +14,15 @@ know (LLVM would silently fall back to ``generic``: no AVX), an output path that
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import onnx
 import tvm
 from google.protobuf.message import DecodeError
+from onnx import external_data_helper
 from tvm import relay
 from tvm.driver.tvmc import frontends
 from tvm.driver.tvmc.model import TVMCModel
@@ -43,7 +49,47 @@ def read_onnx(path) -> onnx.ModelProto:
         ) from None
     if model.ir_version == 0 or not model.graph.node:
         raise UserError(f"{path}: not an ONNX model (no graph in it); export the model to ONNX")
+    check_external_data(path, model)
     return model
+
+
+def check_external_data(path, model: onnx.ModelProto) -> None:
+    """Every external-data file of ``model`` (at ``path``) is a readable file inside the model's
+    folder, long enough for its tensor; else a UserError naming the tensor and the location."""
+    folder = Path(path).parent.resolve()
+    for tensor in external_data_helper._get_all_tensors(model):  # pylint: disable=protected-access
+        if external_data_helper.uses_external_data(tensor):
+            _check_external_tensor(path, folder, tensor)
+
+
+def _check_external_tensor(path, folder: Path, tensor) -> None:
+    info = external_data_helper.ExternalDataInfo(tensor)
+    where = f"{path}: the tensor {tensor.name!r} has external data at {info.location!r}"
+    sanitize = getattr(external_data_helper, "_sanitize_path", lambda location: location)
+    read = folder / sanitize(info.location)
+    inside = all(
+        p.resolve().is_relative_to(folder) for p in (folder / info.location, read)
+    )
+    if not info.location or os.path.isabs(info.location) or not inside:
+        raise UserError(
+            f"{where}, outside the model's folder {folder}; external data must be a file in "
+            "the model's folder (a relative path without '..' or symlinks out of it)"
+        )
+    if not read.exists():
+        raise UserError(f"{where}: {read} does not exist; copy it beside the model")
+    if not read.is_file() or not os.access(read, os.R_OK):
+        raise UserError(f"{where}: {read} is not a file this user can read")
+    needed = (info.offset or 0) + (info.length or _tensor_bytes(tensor))
+    if read.stat().st_size < needed:
+        raise UserError(
+            f"{where}: {read} is shorter than the {needed} bytes the model says it holds; "
+            "the file is truncated or belongs to another model"
+        )
+
+
+def _tensor_bytes(tensor) -> int:
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
+    return int(np.prod(tensor.dims, dtype=np.int64)) * np.dtype(dtype).itemsize
 
 
 def graph_inputs(model: onnx.ModelProto) -> dict[str, list]:
