@@ -8,6 +8,11 @@ import os
 # No network here: without this, autotvm tries to download TopHub logs on every build.
 os.environ.setdefault("TOPHUB_LOCATION", "NONE")
 
+from . import interrupts  # noqa: E402
+
+if interrupts.is_command_line():  # before TVM loads: Ctrl-C while it imports is one line too
+    interrupts.install()
+
 from . import op, strategy  # noqa: E402  (register the fused op and its strategy)
 from .pipeline import build, describe, optimize, pipeline  # noqa: E402
 from .spec import KernelSpec, TensorSpec  # noqa: E402

@@ -57,6 +57,7 @@ def _compile(args, _extra) -> int:
         input_shapes=args.input_shapes,
         tuning_records=args.tuning_records,
         progress=Progress(quiet=args.quiet),
+        force=args.force,
     )
     print(
         f"wrote {done.package}: a tvmc package with {len(done.kernels)} fused kernels for "
@@ -140,7 +141,15 @@ def parser() -> argparse.ArgumentParser:
 
     compile_ = commands.add_parser("compile", help="compile an ONNX model into a tvmc package")
     _add_model_options(compile_)
-    compile_.add_argument("-o", "--output", help="package path (default: MODEL.tar here)")
+    compile_.add_argument(
+        "-o",
+        "--output",
+        help="package path (default: MODEL.tar here); an existing file there is replaced only if "
+        "it is a tvmc package, never if it is the model",
+    )
+    compile_.add_argument(
+        "--force", action="store_true", help="replace an existing -o file of any kind"
+    )
     compile_.add_argument("--tuning-records", metavar="PATH", help="AutoTVM tuning log")
     compile_.set_defaults(run=_compile)
 

@@ -15,6 +15,7 @@ know (LLVM would silently fall back to ``generic``: no AVX), an output path that
 from __future__ import annotations
 
 import os
+import tarfile
 import tempfile
 from pathlib import Path
 
@@ -27,8 +28,10 @@ from tvm import relay
 from tvm.driver.tvmc import frontends
 from tvm.driver.tvmc.model import TVMCModel
 
+from . import interrupts
 from .errors import UserError
 from .target import host_target
+from .tuning.records import RecordsError, read_records
 
 COMPOSITE_PREFIX = "tvm_fuse,"
 
@@ -200,22 +203,94 @@ def _plain(target) -> str:
     return " ".join(part for part in str(target).split() if part != "-keys=cpu")
 
 
-# -- the output ------------------------------------------------------------------------------
+# -- the output ----------------------------------------------------------------------------
+#: The members of a package ``tvmc compile`` writes (the graph executor's classic format).
+PACKAGE_MEMBERS = {"mod.so", "mod.json", "mod.params"}
+
+
+def check_output(output, model, force: bool = False) -> Path:
+    """``output`` if writing the package there destroys nothing: it is not the model itself
+    (also through a symlink or hard link), and an existing file there is a tvmc package (or
+    ``force``); else a UserError."""
+    output, model = Path(output), Path(model)
+    if output.is_dir():
+        raise UserError(f"{output}: is a directory; give -o a file name such as model.tar")
+    if output.exists() and model.exists() and os.path.samefile(output, model):
+        raise UserError(
+            f"{output}: is the model {model} itself; give -o another path, such as "
+            f"{model.stem}-tvm_fuse.tar"
+        )
+    if output.exists() and not force and not is_tvmc_package(output):
+        raise UserError(
+            f"{output}: exists and is not a tvmc package; give -o another path, or add --force "
+            "to replace it"
+        )
+    return output
+
+
+def check_log(log, model) -> Path:
+    """``log``, a tuning log that ``tune`` may append to: not a directory or the model, an
+    existing file there is an AutoTVM log, and its folder can be written; else a UserError."""
+    log, model = Path(log), Path(model)
+    if log.is_dir():
+        raise UserError(f"{log}: is a directory; give --log a file name such as model.log")
+    if log.exists() and model.exists() and os.path.samefile(log, model):
+        raise UserError(f"{log}: is the model itself; give --log another path such as model.log")
+    if log.exists() and log.stat().st_size:
+        try:
+            read_records(log)
+        except RecordsError as err:
+            raise UserError(
+                f"{err}; tuning appends to --log, so give a new file or an AutoTVM log"
+            ) from None
+    _require_writable_folder(log, "--log")
+    return log
+
+
+def _require_writable_folder(path: Path, flag: str) -> None:
+    """The nearest existing folder of ``path`` takes a new file (tried, not guessed: root may
+    write everywhere except where the file system says no)."""
+    folder = path.absolute().parent
+    while not folder.exists():
+        folder = folder.parent
+    try:
+        if not folder.is_dir():
+            raise NotADirectoryError(f"{folder} is not a folder")
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as err:
+        reason = err.strerror or str(err)
+        raise UserError(
+            f"{path}: cannot write there ({folder}: {reason}); choose a writable {flag} path"
+        ) from None
+
+
+def is_tvmc_package(path) -> bool:
+    """True for a tar archive holding what ``tvmc compile`` writes (names read, nothing
+    extracted)."""
+    try:
+        with tarfile.open(path) as archive:
+            names = {os.path.normpath(name) for name in archive.getnames()}
+    except (tarfile.TarError, OSError):
+        return False
+    return PACKAGE_MEMBERS <= names
+
+
 def scratch_dir(output) -> tempfile.TemporaryDirectory:
     """A temporary directory beside ``output``, where the package is built before it is moved
     into place (a rename on the same file system); a UserError if nothing can be written there.
+    Removed on an interruption too (``interrupts.remove_on_exit``).
     """
     output = Path(output)
-    if output.is_dir():
-        raise UserError(f"{output}: is a directory; give -o a file name such as model.tar")
     parent = output.parent
     try:
-        return tempfile.TemporaryDirectory(prefix=".tvm_fuse-", dir=parent)
+        scratch = tempfile.TemporaryDirectory(prefix=".tvm_fuse-", dir=parent)
     except OSError as err:
         reason = err.strerror or str(err)
         raise UserError(
             f"{output}: cannot write there ({parent}: {reason}); choose a writable -o path"
         ) from None
+    interrupts.remove_on_exit(scratch.name)
+    return scratch
 
 
 def _first_line(err) -> str:
