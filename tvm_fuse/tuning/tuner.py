@@ -110,8 +110,8 @@ def local_runner(
     flush_cache: bool = True,
     min_repeat_ms: int = MIN_REPEAT_MS,
 ) -> LoopbackRunner:
-    """The default runner: this machine (RPC on 127.0.0.1 only), ``repeat`` timings of at least ``number`` runs and
-    ``min_repeat_ms`` each, with the CPU caches flushed before each repeat (a kernel inside a
+    """The default runner: this machine (RPC on 127.0.0.1 only), ``repeat`` timings of at least
+    ``number`` runs and ``min_repeat_ms`` each, with the CPU caches flushed before each repeat (a kernel inside a
     model meets cold weights) unless ``flush_cache`` is False (a kernel timed on its own, warm,
     as the layer benchmark does)."""
     return LoopbackRunner(
