@@ -57,6 +57,7 @@ def _compile(args, _extra) -> int:
         input_shapes=args.input_shapes,
         tuning_records=args.tuning_records,
         progress=Progress(quiet=args.quiet),
+        force=args.force,
     )
     print(
         f"wrote {done.package}: a tvmc package with {len(done.kernels)} fused kernels for "
@@ -109,8 +110,11 @@ def _bench(args, extra) -> int:
 
 
 def _tvmc(argv) -> int:
-    from . import tvmc  # pylint: disable=import-outside-toplevel
+    from . import tvmc, user_inputs  # pylint: disable=import-outside-toplevel
 
+    for arg in argv:  # tvmc's ONNX loader reads external data wherever the model points
+        if arg.lower().endswith(".onnx") and Path(arg).is_file():
+            user_inputs.read_onnx(arg)
     return tvmc.main(argv)
 
 
@@ -137,7 +141,15 @@ def parser() -> argparse.ArgumentParser:
 
     compile_ = commands.add_parser("compile", help="compile an ONNX model into a tvmc package")
     _add_model_options(compile_)
-    compile_.add_argument("-o", "--output", help="package path (default: MODEL.tar here)")
+    compile_.add_argument(
+        "-o",
+        "--output",
+        help="package path (default: MODEL.tar here); an existing file there is replaced only if "
+        "it is a tvmc package, never if it is the model",
+    )
+    compile_.add_argument(
+        "--force", action="store_true", help="replace an existing -o file of any kind"
+    )
     compile_.add_argument("--tuning-records", metavar="PATH", help="AutoTVM tuning log")
     compile_.set_defaults(run=_compile)
 
@@ -166,13 +178,13 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     """Run the ``tvm-fuse`` command line ``argv`` (default: ``sys.argv[1:]``); the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["tvmc"]:  # everything after it is tvmc's, --help included
-        return _tvmc(argv[1:])
-    top = parser()
-    args, extra = top.parse_known_args(argv)
-    if extra and args.command != "bench":
-        top.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
+        if argv[:1] == ["tvmc"]:  # everything after it is tvmc's, --help included
+            return _tvmc(argv[1:])
+        top = parser()
+        args, extra = top.parse_known_args(argv)
+        if extra and args.command != "bench":
+            top.error(f"unrecognized arguments: {' '.join(extra)}")
         return args.run(args, extra)
     except UserError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)

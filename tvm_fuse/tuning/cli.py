@@ -11,6 +11,7 @@ from __future__ import annotations
 from tvm.driver.tvmc.shape_parser import parse_shape_string
 
 from ..errors import UserError
+from ..progress import Progress
 
 
 def add_cli(subparsers) -> None:
@@ -35,14 +36,17 @@ def add_cli(subparsers) -> None:
 def run(args, _extra=None) -> int:
     """The ``tune`` handler: 0 when every kernel was tuned; a UserError for bad input."""
     # pylint: disable-next=import-outside-toplevel  (keeps --help fast)
-    from .. import package, user_inputs
+    from .. import interrupts, package, user_inputs
     from . import records, rpc, tuner  # pylint: disable=import-outside-toplevel
 
     if args.trials < 1:
         raise UserError(f"--trials {args.trials}: give at least 1 measurement per kernel")
     package.quiet_tvm_loggers()
     target = user_inputs.check_target(args.target)
-    model = user_inputs.load_onnx(args.model, args.input_shapes)
+    user_inputs.check_log(args.log, args.model)
+    model = package.load_checked(args.model, args.input_shapes, Progress())
+    kept = []  # the records in the log, for the line an interruption prints
+    interrupts.note(lambda: f"{len(kept)} tuning records kept in {args.log} (all valid)")
     try:
         done = tuner.tune(
             model.mod,
@@ -54,6 +58,7 @@ def run(args, _extra=None) -> int:
             tracker=args.tracker,
             key=args.rpc_key,
             timeout=args.timeout,
+            callbacks=[lambda _tuner, inputs, _results: kept.extend(inputs)],
         )
     except (rpc.TrackerError, records.RecordsError, ValueError) as err:
         raise UserError(str(err)) from None
