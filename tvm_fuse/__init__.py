@@ -1,26 +1,34 @@
 """tvm_fuse: conv -> BatchNorm -> activation chains compiled into fused NHWC kernels for TVM Relay.
 
-Importing the package registers the fused Relay op and its TOPI strategy.
+The public names (``build``, ``pipeline``, ...) load on first use, and with them the fused Relay
+op and its TOPI strategy are registered; importing the bare package (as ``tvm-fuse --help``
+does) does not import TVM.
 """
 
+import importlib
 import os
+
+from .lazy import lazy_exports
 
 # No network here: without this, autotvm tries to download TopHub logs on every build.
 os.environ.setdefault("TOPHUB_LOCATION", "NONE")
 
-from . import op, strategy  # noqa: E402  (register the fused op and its strategy)
-from .pipeline import build, describe, optimize, pipeline  # noqa: E402
-from .spec import KernelSpec, TensorSpec  # noqa: E402
-from .target import host_target  # noqa: E402
-from .tuning import tune  # noqa: E402
+#: public name -> the submodule that defines it
+_EXPORTS = {
+    "KernelSpec": "spec",
+    "TensorSpec": "spec",
+    "build": "pipeline",
+    "describe": "pipeline",
+    "optimize": "pipeline",
+    "pipeline": "pipeline",
+    "host_target": "target",
+    "tune": "tuning",
+}
+__all__ = sorted(_EXPORTS)
 
-__all__ = [
-    "KernelSpec",
-    "TensorSpec",
-    "build",
-    "describe",
-    "host_target",
-    "optimize",
-    "pipeline",
-    "tune",
-]
+
+def _register_op() -> None:
+    importlib.import_module(".strategy", __name__)  # registers the fused op and its strategy
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, before=_register_op)

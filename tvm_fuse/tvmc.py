@@ -28,6 +28,7 @@ from tvm.driver import tvmc as stock_tvmc
 from tvm.driver.tvmc import composite_target
 from tvm.driver.tvmc import main as tvmc_main
 
+from . import onnx_compat
 from .pipeline import optimize
 
 NAME = "tvm_fuse"
@@ -66,6 +67,7 @@ def register() -> None:
 def main(argv=None) -> int:
     """tvmc with tvm_fuse registered: ``main(["compile", ...])``; returns tvmc's exit code."""
     register()
+    onnx_compat.install()
     # tvmc's ``main()`` reads sys.argv and exits; ``_main(argv)`` is the same without that.
     return tvmc_main._main(  # pylint: disable=protected-access  (argv-taking tvmc entry point)
         list(sys.argv[1:] if argv is None else argv)

@@ -1,4 +1,4 @@
-"""AutoTVM tuning of the fused kernel's knobs, locally or through TVM's RPC tracker (issue 7).
+"""AutoTVM tuning of the fused kernel's knobs, locally or through TVM's RPC tracker.
 
 Where it sits: beside the build. ``extract_tasks`` finds the kernels a ``tvm_fuse.build`` would
 compile (the packed-weight workloads of ``conv2d_nhwc_fused.x86``), ``tune`` searches their
@@ -10,27 +10,29 @@ after ``check_records`` has validated the whole log. One job per module:
 - ``rpc``      the tracker address, its pre-flight check and the ``RPCRunner``
 - ``tuner``    the tuning loop with its progress lines and Ctrl-C handling
 - ``cli``      the ``tvm-fuse tune`` subcommand (``add_cli``)
+
+The names load on first use (``tvm_fuse.lazy``), so that ``tvm-fuse --help`` imports no TVM.
 """
 
-from .cli import add_cli
-from .records import RecordsError, apply_records, check_records
-from .rpc import TrackerError, check_tracker, parse_tracker, rpc_runner
-from .tasks import extract_tasks
-from .tuner import TaskResult, TuneResult, default_tuner, local_runner, tune
+from ..lazy import lazy_exports
 
-__all__ = [
-    "RecordsError",
-    "TaskResult",
-    "TrackerError",
-    "TuneResult",
-    "add_cli",
-    "apply_records",
-    "check_records",
-    "check_tracker",
-    "default_tuner",
-    "extract_tasks",
-    "local_runner",
-    "parse_tracker",
-    "rpc_runner",
-    "tune",
-]
+#: public name -> the submodule that defines it
+_EXPORTS = {
+    "add_cli": "cli",
+    "RecordsError": "records",
+    "apply_records": "records",
+    "check_records": "records",
+    "TrackerError": "rpc",
+    "check_tracker": "rpc",
+    "parse_tracker": "rpc",
+    "rpc_runner": "rpc",
+    "extract_tasks": "tasks",
+    "TaskResult": "tuner",
+    "TuneResult": "tuner",
+    "default_tuner": "tuner",
+    "local_runner": "tuner",
+    "tune": "tuner",
+}
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
