@@ -28,6 +28,7 @@ from tvm.driver import tvmc as stock_tvmc
 from tvm.driver.tvmc import composite_target
 from tvm.driver.tvmc import main as tvmc_main
 
+from . import onnx_compat
 from .dispatch import build_context
 from .pipeline import optimize
 
@@ -67,6 +68,7 @@ def register() -> None:
 def main(argv=None) -> int:
     """tvmc with tvm_fuse registered: ``main(["compile", ...])``; returns tvmc's exit code."""
     register()
+    onnx_compat.install()
     # tvmc's ``main()`` reads sys.argv and exits; ``_main(argv)`` is the same without that.
     with build_context():  # TopHub off: a build without --tuning-records would download it
         return tvmc_main._main(  # pylint: disable=protected-access  (argv-taking entry point)

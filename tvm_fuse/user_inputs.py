@@ -28,9 +28,9 @@ from tvm import relay
 from tvm.driver.tvmc import frontends
 from tvm.driver.tvmc.model import TVMCModel
 
-from . import interrupts
+from . import interrupts, onnx_compat
 from .errors import UserError
-from .target import host_target
+from .target import host_target, resolve_native
 from .tuning.records import RecordsError, read_records
 
 COMPOSITE_PREFIX = "tvm_fuse,"
@@ -138,6 +138,7 @@ def _require_static(path, name: str, dims) -> None:
 
 def load_onnx(path, input_shapes: dict | None = None) -> TVMCModel:
     """The model at ``path`` (checked by :func:`check_onnx`) loaded by tvmc, or a UserError."""
+    onnx_compat.install()
     try:
         model = frontends.load_model(str(path), "onnx", input_shapes)
     except tvm.error.OpNotImplemented as err:
@@ -170,6 +171,7 @@ def check_target(text: str | None) -> tvm.target.Target:
     text = text.strip()
     if text.replace(" ", "").startswith(COMPOSITE_PREFIX):
         text = text.split(",", 1)[1].strip()
+    text = resolve_native(text)
     hint = f'e.g. --target "{_plain(host_target())}"'
     kind = text.split(" ", 1)[0]
     if kind not in tvm.target.Target.list_kinds():
