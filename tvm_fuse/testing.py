@@ -18,7 +18,6 @@ from .pipeline import build
 from .schedules.conv2d_nhwc_fused import NAME as FAST_KERNEL
 from .target import as_target
 
-
 #: Tolerance of a whole model against its reference: max |error| <= MODEL_RTOL * max |reference|
 #: (fp32 sums in another order, over many layers); a single kernel is held to ``assert_close``'s.
 MODEL_RTOL = 1e-4
