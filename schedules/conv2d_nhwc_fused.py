@@ -28,18 +28,16 @@ NAME = "conv2d_nhwc_fused.x86"
 CONV_TAG = "conv2d_nhwc_fused_packed"
 
 
-def compute(data, weight, bias, residual, **conv):
-    """The fused kernel on a packed ``[Co/VL, Kh, Kw, Ci, VL]`` weight (keyword calling: strides,
-    padding, dilation, out_dtype, activation, alpha, and ``channels``, the real Co when the
-    packed weight's Co is padded to whole vectors)."""
-    if len(weight.shape) != 5 or data.dtype != "float32" or weight.dtype != "float32":
+def compute(spec, data, weight, bias, residual):
+    """The fused kernel of ``spec`` on a packed ``[Co/VL, Kh, Kw, Ci, VL]`` weight."""
+    if spec.lanes is None or data.dtype != "float32" or weight.dtype != "float32":
         raise ValueError(
             f"{NAME}: needs float32 data and a packed OHWI{{VL}}o weight, got data "
             f"{data.dtype}{list(data.shape)} and weight {weight.dtype}{list(weight.shape)}"
         )
-    args = [tuple(conv[k]) for k in ("strides", "padding", "dilation")]
-    args += [conv["out_dtype"], conv["activation"], float(conv["alpha"]), conv.get("channels")]
-    return conv2d_nhwc_fused_x86(data, weight, bias, residual, *args)
+    channels = None if spec.out_channels == spec.weight.shape[0] * spec.lanes else spec.out_channels
+    args = [spec.strides, spec.padding, spec.dilation, spec.out.dtype, spec.activation, spec.alpha]
+    return conv2d_nhwc_fused_x86(data, weight, bias, residual, *args, channels)
 
 
 def _out_size(size, pad, window, stride, dilation):

@@ -131,4 +131,4 @@ def describe(mod: tvm.IRModule) -> list[KernelSpec]:
         relay.analysis.post_order_visit(
             func, lambda node: calls.append(node) if fused_op.is_fused_call(node) else None
         )
-    return [fused_op.spec_from_call(call) for call in calls]
+    return [fused_op.spec_of_call(call) for call in calls]

@@ -14,48 +14,28 @@ It also gives ``tvm_fuse.nhwc_to_nchw`` (the graph's exit transpose, ``tvm_fuse.
 kernel: the cache-blocked ``schedules.nhwc_to_nchw`` on CPUs, TVM's injective one elsewhere.
 """
 
+import dataclasses
+
 import tvm
 from tvm import relay, topi
 from tvm.relay.op.strategy.generic import wrap_topi_schedule
 from tvm.target import override_native_generic_func
 
 from . import exit_op
-from .op import OP_NAME, make_attrs, read_attrs
+from .op import OP_NAME, spec_attrs, spec_of_attrs
 from .schedules import conv2d_nhwc_fused as fast
 from .schedules import generic, nhwc_to_nchw, packing
 from .spec import KernelSpec, TensorSpec
 
 
-def _split_inputs(inputs, attrs):
-    """(data, weight, bias or None, residual or None) from the call's tensor inputs."""
-    data, weight, *extra = inputs
-    extra = iter(extra)
-    bias = next(extra) if attrs["has_bias"] else None
-    residual = next(extra) if attrs["has_residual"] else None
-    return data, weight, bias, residual
-
-
 def wrap_compute(topi_compute):
-    """Adapt a ``schedules`` compute to the strategy's ``(attrs, inputs, out_type)`` calling."""
+    """Adapt a ``schedules`` compute ``(spec, data, weight, bias, residual)`` to the strategy's
+    ``(attrs, inputs, out_type)`` calling: the spec comes from the attrs, the tensors by name."""
 
     def _compute(attrs, inputs, out_type):
-        params = read_attrs(attrs)
-        data, weight, bias, residual = _split_inputs(inputs, params)
-        extra = {} if params["channels"] is None else {"channels": params["channels"]}
-        out = topi_compute(
-            data,
-            weight,
-            bias,
-            residual,
-            strides=params["strides"],
-            padding=params["padding"],
-            dilation=params["dilation"],
-            out_dtype=params["out_dtype"],
-            activation=params["activation"],
-            alpha=params["alpha"],
-            **extra,
-        )
-        return [out]
+        spec = spec_of_attrs(attrs)
+        tensors = {"bias": None, "residual": None, **dict(zip(spec.argument_names, inputs))}
+        return [topi_compute(spec, **tensors)]
 
     return _compute
 
@@ -104,57 +84,36 @@ def fast_path_refusal(spec: KernelSpec, target) -> str | None:
     return None
 
 
-def spec_of(attrs, tensors, out_type) -> KernelSpec:
-    """The task description from the op's attrs, its input tensors (TE or types) and out type."""
-    params = read_attrs(attrs)
-    data, weight, bias, residual = _split_inputs(tensors, params)
-
-    def tensor(t, layout):
-        return None if t is None else TensorSpec(tuple(int(d) for d in t.shape), layout, t.dtype)
-
-    return KernelSpec(
-        data=tensor(data, "NHWC"),
-        weight=tensor(weight, params["kernel_layout"]),
-        out=tensor(out_type, "NHWC"),
-        bias=tensor(bias, "C"),
-        residual=tensor(residual, "NHWC"),
-        strides=params["strides"],
-        padding=params["padding"],
-        dilation=params["dilation"],
-        activation=params["activation"],
-        alpha=params["alpha"],
-    )
-
-
 # -- compile-time weight packing -----------------------------------------------------------------
 @relay.op.op.register_alter_op_layout(OP_NAME)
 def _pack_weight(attrs, inputs, tinfos, out_type):
     """HWIO -> ``OHWI{VL}o`` when the fast kernel applies, Co zero-padded to a multiple of VL
     (FoldConstant then folds the pad and the transform)."""
     target = tvm.target.Target.current(allow_none=True)
-    params = read_attrs(attrs)
-    if target is None or params["kernel_layout"] != "HWIO":
-        return None
-    if fast_path_refusal(spec_of(attrs, tinfos, out_type), target):
+    spec = spec_of_attrs(attrs)
+    if target is None or spec.weight.layout != "HWIO" or fast_path_refusal(spec, target):
         return None
     lanes = simd_lanes(target)
-    co = int(tinfos[1].shape[3])
+    co = spec.out_channels
     co_pad = packing.padded_channels(co, lanes)
     weight = inputs[1]
     if co_pad != co:
         weight = relay.nn.pad(weight, ((0, 0), (0, 0), (0, 0), (0, co_pad - co)))
     layout = packing.packed_layout(lanes)
     weight = relay.layout_transform(weight, "HWIO", layout)
-    channels = None if co_pad == co else co
-    new_attrs = make_attrs(**{**params, "kernel_layout": layout, "channels": channels})
-    return relay.Call(relay.op.get(OP_NAME), [inputs[0], weight, *inputs[2:]], new_attrs)
+    kh, kw = spec.kernel_size
+    packed = TensorSpec((co_pad // lanes, kh, kw, spec.in_channels, lanes), layout, "float32")
+    packed_spec = dataclasses.replace(spec, weight=packed)
+    return relay.Call(
+        relay.op.get(OP_NAME), [inputs[0], weight, *inputs[2:]], spec_attrs(packed_spec)
+    )
 
 
 # -- the strategy --------------------------------------------------------------------------------
 def _generic_strategy(attrs):
-    layout = read_attrs(attrs)["kernel_layout"]
+    layout = spec_of_attrs(attrs).weight.layout
     if layout != "HWIO":
-        raise ValueError(f"{OP_NAME}: kernel_layout {layout!r} needs the x86 fast kernel")
+        raise ValueError(f"{OP_NAME}: weight layout {layout!r} needs the x86 fast kernel")
     strategy = relay.op.OpStrategy()
     strategy.add_implementation(
         wrap_compute(generic.compute), wrap_schedule(generic.schedule), name=generic.NAME
@@ -171,7 +130,7 @@ def fused_conv2d_strategy(attrs, inputs, out_type, target):
 @fused_conv2d_strategy.register("cpu")
 def _fused_conv2d_strategy_cpu(attrs, inputs, out_type, target):
     """CPU: the fast kernel for packed weights (see ``_pack_weight``), else the generic one."""
-    if packing.packed_lanes(read_attrs(attrs)["kernel_layout"]) is None:
+    if spec_of_attrs(attrs).lanes is None:
         return _generic_strategy(attrs)
     strategy = relay.op.OpStrategy()
     strategy.add_implementation(

@@ -14,8 +14,10 @@ from tvm.contrib import graph_executor
 
 from .dispatch import build_context
 from .examples import random_inputs
+from .op import fused_call, is_fused_call, spec_of_call
 from .pipeline import build
 from .schedules.conv2d_nhwc_fused import NAME as FAST_KERNEL
+from .spec import KernelSpec
 from .target import as_target
 
 #: Tolerance of a whole model against its reference: max |error| <= MODEL_RTOL * max |reference|
@@ -80,3 +82,21 @@ def fused_workloads(mod, params=None, **build_options) -> list:
     with WorkloadRecorder() as recorder:
         build(mod, params, **build_options)
     return list(dict.fromkeys(w for w in recorder.workloads if w[0] == FAST_KERNEL))
+
+
+def fused_conv_call(data, weight, bias=None, residual=None, **fields) -> relay.Call:
+    """A fused call of ``data`` (NHWC) and an HWIO ``weight`` (Relay vars, constants or fused
+    calls), its spec derived from their shapes; ``fields``: strides, padding, dilation,
+    activation, alpha."""
+    conv = {k: fields.pop(k) for k in ("strides", "padding", "dilation") if k in fields}
+    spec = KernelSpec.conv(_static_shape(data), _static_shape(weight), **conv)
+    spec = spec.with_epilogue(bias is not None, residual is not None, **fields)
+    return fused_call(spec, data, weight, bias, residual)
+
+
+def _static_shape(expr) -> tuple[int, ...]:
+    if is_fused_call(expr):
+        return spec_of_call(expr).out.shape
+    if isinstance(expr, relay.Constant):
+        return tuple(expr.data.shape)
+    return tuple(int(d) for d in expr.type_annotation.shape)
