@@ -34,9 +34,10 @@ from tvm.contrib import graph_executor  # noqa: E402
 
 import tvm_fuse  # noqa: E402
 from tvm_fuse.bench import RESULTS  # noqa: E402
+from tvm_fuse.testing import MODEL_RTOL  # noqa: E402
 
-#: Relative tolerance of every correctness check: max |out - ref| <= RTOL * max |ref| (DESIGN §3).
-RTOL = 1e-4
+#: Relative tolerance of every correctness check: max |out - ref| <= RTOL * max |ref|.
+RTOL = MODEL_RTOL
 #: Pause before each measurement, so that the spinning worker threads of the previous
 #: implementation (OpenMP, ONNX Runtime, TVM: about a millisecond each) have gone to sleep.
 SETTLE_S = 0.05

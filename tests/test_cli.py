@@ -19,8 +19,6 @@ from tvm.driver.tvmc.model import TVMCPackage
 
 from tvm_fuse import cli, describe, onnx_example, optimize, testing
 
-RTOL = 1e-4  # DESIGN.md §3
-
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
@@ -150,7 +148,7 @@ def test_compile_writes_a_tvmc_package_that_matches_stock_tvm(models, capsys, tm
     model = frontends.load_model(models["dynamic"], "onnx", {"data": [2, 3, 16, 16]})
     (ref,) = testing.run(testing.build_stock(model.mod, model.params), {"data": data})
     assert got.shape == ref.shape == (2, 10)
-    assert testing.relative_error(got, ref) <= RTOL
+    assert testing.relative_error(got, ref) <= testing.MODEL_RTOL
 
 
 def test_explain_prints_kernels_layout_leftovers_and_memory(models, capsys):

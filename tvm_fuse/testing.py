@@ -12,14 +12,13 @@ import tvm
 from tvm import autotvm, relay
 from tvm.contrib import graph_executor
 
-from .op import fused_call, is_fused_call, spec_of_call
-from .spec import KernelSpec
 from .dispatch import build_context
 from .examples import random_inputs
+from .op import fused_call, is_fused_call, spec_of_call
 from .pipeline import build
 from .schedules.conv2d_nhwc_fused import NAME as FAST_KERNEL
+from .spec import KernelSpec
 from .target import as_target
-
 
 #: Tolerance of a whole model against its reference: max |error| <= MODEL_RTOL * max |reference|
 #: (fp32 sums in another order, over many layers); a single kernel is held to ``assert_close``'s.
@@ -55,24 +54,6 @@ def assert_close(got, ref, rtol=1e-5):
         assert err <= rtol, f"output {i}: relative error {err:.3g} > {rtol:g}"
 
 
-def fused_conv_call(data, weight, bias=None, residual=None, **fields) -> relay.Call:
-    """A fused call of ``data`` (NHWC) and an HWIO ``weight`` (Relay vars, constants or fused
-    calls), its spec derived from their shapes; ``fields``: strides, padding, dilation,
-    activation, alpha."""
-    conv = {k: fields.pop(k) for k in ("strides", "padding", "dilation") if k in fields}
-    spec = KernelSpec.conv(_static_shape(data), _static_shape(weight), **conv)
-    spec = spec.with_epilogue(bias is not None, residual is not None, **fields)
-    return fused_call(spec, data, weight, bias, residual)
-
-
-def _static_shape(expr) -> tuple[int, ...]:
-    if is_fused_call(expr):
-        return spec_of_call(expr).out.shape
-    if isinstance(expr, relay.Constant):
-        return tuple(expr.data.shape)
-    return tuple(int(d) for d in expr.type_annotation.shape)
-
-
 def assert_matches_stock(mod, params=None, lib=None, rtol=1e-5, target=None):
     """``lib`` (default: ``tvm_fuse.build(mod, params)``) computes what stock ``relay.build``
     of ``mod`` does, on seeded random inputs, within ``rtol``; returns ``lib``."""
@@ -101,3 +82,21 @@ def fused_workloads(mod, params=None, **build_options) -> list:
     with WorkloadRecorder() as recorder:
         build(mod, params, **build_options)
     return list(dict.fromkeys(w for w in recorder.workloads if w[0] == FAST_KERNEL))
+
+
+def fused_conv_call(data, weight, bias=None, residual=None, **fields) -> relay.Call:
+    """A fused call of ``data`` (NHWC) and an HWIO ``weight`` (Relay vars, constants or fused
+    calls), its spec derived from their shapes; ``fields``: strides, padding, dilation,
+    activation, alpha."""
+    conv = {k: fields.pop(k) for k in ("strides", "padding", "dilation") if k in fields}
+    spec = KernelSpec.conv(_static_shape(data), _static_shape(weight), **conv)
+    spec = spec.with_epilogue(bias is not None, residual is not None, **fields)
+    return fused_call(spec, data, weight, bias, residual)
+
+
+def _static_shape(expr) -> tuple[int, ...]:
+    if is_fused_call(expr):
+        return spec_of_call(expr).out.shape
+    if isinstance(expr, relay.Constant):
+        return tuple(expr.data.shape)
+    return tuple(int(d) for d in expr.type_annotation.shape)
