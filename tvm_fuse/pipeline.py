@@ -13,6 +13,7 @@ import tvm
 from tvm import relay
 
 from . import op as fused_op
+from .memory.apply import apply_to_factory, check_mode as check_memory_mode
 from .passes.fold_bn import FoldBatchNorm
 from .passes.fuse import FuseConvBiasAct
 from .passes.layout import ConvertLayoutNHWC
@@ -89,21 +90,24 @@ def optimize(mod, params=None) -> tvm.IRModule:
         return pipeline()(mod)
 
 
-def build(mod, params=None, target=None, tuning_records=None, **kwargs):
+def build(mod, params=None, target=None, tuning_records=None, memory="plan", **kwargs):
     """``optimize`` then stock ``relay.build``; returns what ``relay.build`` returns.
 
     The result runs with ``tvm.contrib.graph_executor`` under the model's original input names
     and NCHW input shapes (the layout change is inside the graph). ``tuning_records``: an AutoTVM
     log (``tvm_fuse.tune``), validated as a whole first (``tuning.records.check_records``: a
     ``RecordsError`` for a corrupt or foreign log) and applied with ``apply_history_best``;
-    kernels without a record use the analytic default.
+    kernels without a record use the analytic default. ``memory="plan"`` gives the graph
+    executor tvm_fuse's storage assignment where it is smaller than TVM's
+    (``tvm_fuse.memory.apply``); ``"tvm"`` keeps TVM's.
     """
+    check_memory_mode(memory)
     target = as_target(target)
     records = check_records(tuning_records, target) if tuning_records is not None else None
     mod = optimize(mod, params)
     _require_static_inputs(mod)
     with _pass_context(), apply_records(records):
-        return relay.build(mod, target=target, **kwargs)
+        return apply_to_factory(relay.build(mod, target=target, **kwargs), memory)
 
 
 def _require_static_inputs(mod: tvm.IRModule) -> None:
