@@ -15,6 +15,7 @@ from tvm import relay
 from . import dispatch
 from . import op as fused_op
 from .ir_utils import relay_functions
+from .memory.apply import apply_to_factory, check_mode as check_memory_mode
 from .passes.fold_bn import FoldBatchNorm
 from .passes.fuse import FuseConvBiasAct
 from .passes.layout import ConvertLayoutNHWC
@@ -101,7 +102,7 @@ def optimize(mod, params=None, target=None) -> tvm.IRModule:
         return pipeline(target)(mod)
 
 
-def build(mod, params=None, target=None, tuning_records=None, **kwargs):
+def build(mod, params=None, target=None, tuning_records=None, memory="plan", **kwargs):
     """``optimize`` then stock ``relay.build``; returns what ``relay.build`` returns.
 
     The result runs with ``tvm.contrib.graph_executor`` under the model's original input names
@@ -109,14 +110,16 @@ def build(mod, params=None, target=None, tuning_records=None, **kwargs):
     log (``tvm_fuse.tune``), validated as a whole first (``tuning.records.check_records``: a
     ``RecordsError`` for a corrupt or foreign log) and applied with ``apply_history_best``;
     kernels without a record use the analytic default. TopHub is never consulted
-    (``dispatch.build_context``).
+    (``dispatch.build_context``). ``memory="plan"`` gives the graph executor tvm_fuse's storage
+    assignment where it is smaller than TVM's (``tvm_fuse.memory.apply``); ``"tvm"`` keeps TVM's.
     """
+    check_memory_mode(memory)
     target = as_target(target)
     records = dispatch.checked_records(tuning_records, target)
     mod = optimize(mod, params, target)
     _require_static_inputs(mod)
     with _pass_context(), dispatch.build_context(records):
-        return relay.build(mod, target=target, **kwargs)
+        return apply_to_factory(relay.build(mod, target=target, **kwargs), memory)
 
 
 def _require_static_inputs(mod: tvm.IRModule) -> None:
