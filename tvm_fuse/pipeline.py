@@ -1,10 +1,12 @@
 """The drop-in pass pipeline and the public ``optimize`` / ``build`` / ``describe`` (DESIGN.md §3).
 
 ``pipeline()`` is an ordinary ``tvm.transform.Sequential``: FoldBatchNorm, ConvertLayoutNHWC,
-FoldConstant, FuseConvBiasAct. ``optimize`` binds the params first (the passes only fold
-constants) and checks the module, so that user mistakes come back as one clear error instead of
-a traceback from deep inside TVM. ``build`` then hands the module to stock ``relay.build``; the
-fused calls reach the kernel half through the strategy registered on import.
+FoldConstant, FlattenChannelBias, FuseConvBiasAct. Params may be bound first
+(``pipeline(params=...)``, ``optimize``) or later by ``relay.build(mod, params=...)``: the
+passes fold and fuse either way (``tvm_fuse.params``). ``optimize`` checks the module, so that
+user mistakes come back as one clear error instead of a traceback from deep inside TVM.
+``build`` then hands the module to stock ``relay.build``; the fused calls reach the kernel half
+through the strategy registered on import.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ import tvm
 from tvm import relay
 
 from . import op as fused_op
+from .passes.bias import FlattenChannelBias
 from .passes.fold_bn import FoldBatchNorm
 from .passes.fuse import FuseConvBiasAct
 from .passes.layout import ConvertLayoutNHWC
+from .params import BindParams, WarnComputedWeights, bind_main
 from .spec import KernelSpec
 from .target import as_target
 from .tuning.records import apply_records, check_records
@@ -25,14 +29,30 @@ OPT_LEVEL = 3
 
 def passes() -> list[tvm.transform.Pass]:
     """The pipeline's passes in order (the demo prints the IR after each)."""
-    return [FoldBatchNorm(), ConvertLayoutNHWC(), relay.transform.FoldConstant(), FuseConvBiasAct()]
+    return [
+        FoldBatchNorm(),
+        ConvertLayoutNHWC(),
+        relay.transform.FoldConstant(),
+        FlattenChannelBias(),
+        FuseConvBiasAct(),
+    ]
 
 
-def pipeline() -> tvm.transform.Pass:
-    """The tvm_fuse passes as one Sequential, for use inside any Relay flow."""
-    return tvm.transform.Sequential(
-        [relay.transform.InferType(), *passes()], opt_level=0, name="tvm_fuse.pipeline"
-    )
+def pipeline(params=None) -> tvm.transform.Pass:
+    """The tvm_fuse passes as one Sequential, for use inside any Relay flow.
+
+    ``params`` (name -> array), if given, are bound into ``main`` first, as ``relay.build``
+    binds them. Without them, BatchNorm folds into expressions of the unbound inputs that
+    ``relay.build(mod, params=params)`` computes once it binds them (at opt_level >= 2).
+    """
+    first = [] if params is None else [BindParams(params)]
+    steps = [
+        *first,
+        relay.transform.InferType(),
+        *passes(),
+        WarnComputedWeights(params is not None),
+    ]
+    return tvm.transform.Sequential(steps, opt_level=0, name="tvm_fuse.pipeline")
 
 
 def _pass_context() -> tvm.transform.PassContext:
@@ -57,36 +77,16 @@ def _as_module(mod) -> tvm.IRModule:
     return mod
 
 
-def bind_params(mod: tvm.IRModule, params) -> tvm.IRModule:
-    """``mod`` with ``params`` bound as constants in ``main``; unknown names are an error."""
-    mod = _as_module(mod)
-    main = mod["main"]
-    free = relay.analysis.free_vars(main)
-    if free:
-        names = ", ".join(v.name_hint for v in free)
-        raise ValueError(
-            f"tvm_fuse: 'main' uses free variables that are neither function inputs nor "
-            f"params: {names}. Add them to the function's parameters or bind them."
-        )
-    if not params:
-        return mod
-    inputs = {p.name_hint for p in main.params}
-    unknown = sorted(set(params) - inputs)
-    if unknown:
-        raise ValueError(
-            f"tvm_fuse: params {unknown} are not inputs of 'main' "
-            f"(its inputs are: {', '.join(sorted(inputs))})"
-        )
-    mod = tvm.IRModule(dict(mod.functions), mod.type_definitions)
-    mod["main"] = relay.build_module.bind_params_by_name(main, dict(params))
-    return mod
+def bind_params(mod, params) -> tvm.IRModule:
+    """``mod`` with ``params`` bound as constants in ``main`` (``tvm_fuse.params.bind_main``)."""
+    return bind_main(_as_module(mod), params)
 
 
 def optimize(mod, params=None) -> tvm.IRModule:
     """Bind ``params`` and run ``pipeline()``: the graph half's decisions, as a Relay module."""
-    mod = bind_params(mod, params)
+    mod = _as_module(mod)
     with _pass_context():
-        return pipeline()(mod)
+        return pipeline(params or {})(mod)
 
 
 def build(mod, params=None, target=None, tuning_records=None, **kwargs):
