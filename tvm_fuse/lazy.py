@@ -8,6 +8,8 @@ each public name and gets a module ``__getattr__`` that imports it when the name
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import Callable
 
 
@@ -34,4 +36,16 @@ def lazy_exports(package: str, exports: dict[str, str], before: Callable[[], Non
     def __dir__():
         return sorted(set(importlib.import_module(package).__dict__) | set(exports))
 
+    _keep_over_submodules(
+        sys.modules[package], [n for n, m in exports.items() if n == m], __getattr__
+    )
     return __getattr__, __dir__
+
+
+def _keep_over_submodules(module, names, load) -> None:
+    """A public name that is also its submodule's name (``tvm_fuse.pipeline``, a function in
+    ``tvm_fuse/pipeline.py``) stays the public object: the import system sets the package's
+    attribute to the submodule once that is imported, which would hide ``__getattr__``."""
+    if names:
+        attrs = {n: property(lambda _, n=n: load(n), lambda *_: None) for n in names}
+        module.__class__ = type("LazyPackage", (types.ModuleType,), attrs)
