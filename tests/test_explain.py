@@ -47,11 +47,16 @@ def test_the_seed_example_leaves_nothing_unfused():
     assert "op:        conv2d + bias + relu" in text and "unfused (0)" in text
 
 
-def test_unbound_params_are_non_constant_parameters():
+def test_unbound_params_leave_nothing_unfused():
     mod, _ = examples.conv_bn_act(data_shape=(1, 16, 8, 8), channels=16)
-    ((op, reason),) = _leftovers(mod)
-    assert op == "nn.batch_norm"
-    assert reason.startswith("non-constant parameters (gamma, beta, mean, var, conv weight)")
+    assert _leftovers(mod) == []
+
+
+def test_constant_zero_variance_keeps_its_batch_norm():
+    mod, params = examples.conv_bn_act(data_shape=(1, 16, 8, 8), channels=16, epsilon=0.0)
+    params["conv_var"][3] = 0.0
+    ((op, reason),) = _leftovers(mod, params)
+    assert (op, reason.split(":")[0]) == ("nn.batch_norm", "var + epsilon <= 0 in some channel")
 
 
 @pytest.mark.parametrize("groups, kind", [(16, "depthwise"), (4, "grouped")])

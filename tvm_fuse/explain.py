@@ -7,7 +7,7 @@ whether the fast x86 kernel or the generic fallback will implement it, from the 
 the memory plan's summary (``tvm_fuse.memory.plan``) for the stock graph and for tvm_fuse's.
 
 The reasons are worked out here, from the optimized module alone, in one place
-(:func:`conv2d_reason`, :func:`batch_norm_reason`): several consumers, non-constant parameters,
+(:func:`conv2d_reason`, :func:`batch_norm_reason`): several consumers, var + epsilon <= 0,
 unsupported groups, dtype or layout, dynamic shapes. Read-only: it never changes the module.
 """
 
@@ -28,7 +28,6 @@ from .spec import KernelSpec
 from .strategy import fast_path_refusal
 from .target import as_target
 
-_BN_PARAMS = ("gamma", "beta", "mean", "var")
 _BIAS_OPS = ("nn.bias_add", "add")
 _EXPLAINED = ("nn.conv2d", "nn.batch_norm", *exit_op.LAYOUT_TRANSFORM_OPS, fused_op.OP_NAME)
 
@@ -113,14 +112,9 @@ def batch_norm_reason(bn: relay.Call, uses, stats_used: bool = False) -> str:
             f"several consumers: the {name} output feeds {uses[node]} ops, so folding the "
             "BatchNorm into it would change what the others read"
         )
-    loose = [n for n, arg in zip(_BN_PARAMS, bn.args[1:]) if not isinstance(arg, relay.Constant)]
-    if not isinstance(chain[0].args[1], relay.Constant):
-        loose.append("conv weight")
-    if loose:
-        return (
-            f"non-constant parameters ({', '.join(loose)}): bind them, e.g. "
-            "tvm_fuse.optimize(mod, params)"
-        )
+    var = bn.args[4]
+    if isinstance(var, relay.Constant) and (var.data.numpy() + bn.attrs.epsilon <= 0).any():
+        return "var + epsilon <= 0 in some channel: the BatchNorm divides by zero or takes sqrt < 0"
     dtype = bn.args[0].checked_type.dtype
     if dtype not in ("float16", "float32", "float64"):
         return f"dtype {dtype}: only float BatchNorms are folded"

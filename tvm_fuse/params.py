@@ -89,8 +89,8 @@ def computed_weight_inputs(mod: tvm.IRModule) -> tuple[int, list[str]]:
         nonlocal calls
         if not fused_op.is_fused_call(node):
             return
-        arguments = fused_op.call_arguments(node)
-        weights = [arguments[name] for name in ("weight", "bias") if name in arguments]
+        args = fused_op.call_arguments(node)
+        weights = [args[name] for name in ("weight", "bias") if name in args]
         computed = [a for a in weights if not _is_constant(a)]
         calls += bool(computed)
         names.update(v.name_hint for arg in computed for v in relay.analysis.free_vars(arg))
