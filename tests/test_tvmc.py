@@ -23,11 +23,10 @@ from tvm.driver.tvmc.target import target_from_cli
 import tvm_fuse
 from tvm_fuse import cli, onnx_example
 from tvm_fuse import tvmc as fuse_tvmc
-from tvm_fuse.testing import relative_error
+from tvm_fuse.testing import MODEL_RTOL, fused_workloads, relative_error
 from tvm_fuse.tuning import check_records
 from tvm_fuse.schedules import conv2d_nhwc_fused
 
-RTOL = 1e-4  # DESIGN.md §3
 TARGET = str(tvm_fuse.host_target())
 FUSED_KERNEL = "fused_tvm_fuse_conv2d_nhwc_fused"
 
@@ -60,7 +59,7 @@ def _assert_same_outputs(got: dict, ref: dict) -> None:
     assert sorted(got) == sorted(ref)
     for name, value in ref.items():
         assert got[name].shape == value.shape
-        assert relative_error(got[name], value) <= RTOL
+        assert relative_error(got[name], value) <= MODEL_RTOL
         np.testing.assert_array_equal(np.argsort(got[name])[:, -3:], np.argsort(value)[:, -3:])
 
 
@@ -136,27 +135,6 @@ def test_tvm_fuse_tvmc_keeps_the_stock_options(capsys):
         assert option in out
 
 
-class _Recorder(autotvm.task.DispatchContext):
-    """Notes every AutoTVM workload a build asks for, and answers nothing."""
-
-    def __init__(self):
-        super().__init__()
-        self.workloads = []
-
-    def _query_inside(self, target, workload):
-        self.workloads.append(workload)
-
-    def update(self, target, workload, cfg):  # stock alter-layout hooks (dense_pack) call it
-        self._old_ctx.update(target, workload, cfg)
-
-
-def _fused_workloads(model) -> list:
-    with _Recorder() as recorder:
-        tvm_fuse.build(model.mod, model.params, TARGET)
-    found = [w for w in recorder.workloads if w[0] == conv2d_nhwc_fused.NAME]
-    return list(dict.fromkeys(found))
-
-
 def _write_records(path, workloads) -> dict:
     """One record per workload with config 0 of its space (not the analytic fallback)."""
     chosen = {}
@@ -188,7 +166,7 @@ def _applied_configs(monkeypatch) -> dict:
 
 def test_tuning_records_pass_through_to_the_fused_kernels(work, monkeypatch):
     model = frontends.load_model(work["model"])
-    workloads = _fused_workloads(model)
+    workloads = fused_workloads(model.mod, model.params, target=TARGET)
     assert len(workloads) == 2
     records = str(work["root"] / "records.log")
     chosen = _write_records(records, workloads)
@@ -223,7 +201,9 @@ def test_tvmc_tune_tunes_the_fused_kernels_and_compile_applies_the_records(
     records = list(autotvm.record.load_from_file(log))
     assert {inp.task.name for inp, _ in records} == {conv2d_nhwc_fused.NAME}
     model = frontends.load_model(work["model"])
-    assert {inp.task.workload for inp, _ in records} == set(_fused_workloads(model))
+    assert {inp.task.workload for inp, _ in records} == set(
+        fused_workloads(model.mod, model.params, target=TARGET)
+    )
     assert check_records(log, TARGET)  # the same records as tvm-fuse tune's
 
     ok = [(np.mean(r.costs), i.task.workload, i.config.index) for i, r in records if not r.error_no]

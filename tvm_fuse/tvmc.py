@@ -36,6 +36,8 @@ from tvm.driver.tvmc import autotuner, composite_target
 from tvm.driver.tvmc import main as tvmc_main
 from tvm.driver.tvmc.target import target_from_cli
 
+from . import onnx_compat
+from .dispatch import build_context
 from .pipeline import optimize
 
 NAME = "tvm_fuse"
@@ -122,9 +124,11 @@ def _tvm_target_for_hardware_params():
 def main(argv=None) -> int:
     """tvmc with tvm_fuse registered: ``main(["compile", ...])``; returns tvmc's exit code."""
     register()
+    onnx_compat.install()
     argv = resolve_native(list(sys.argv[1:] if argv is None else argv))
     target = _tvm_target(argv)
     with contextlib.ExitStack() as scope:
+        scope.enter_context(build_context())  # TopHub off: a build without records downloads it
         scope.enter_context(_tvm_target_for_hardware_params())
         if target is not None:
             scope.enter_context(target)

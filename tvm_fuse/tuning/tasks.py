@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from tvm import autotvm, relay
 
-from .. import pipeline
+from .. import dispatch
+from ..pipeline import optimize
 from ..op import OP_NAME
 from ..target import as_target
 
@@ -26,8 +27,11 @@ def extract_tasks(mod, params=None, target=None) -> list[autotvm.task.Task]:
     (see ``strategy.fast_path_refusal``) have no knobs and give no task.
     """
     target = as_target(target)
-    optimized = pipeline.optimize(mod, params, target)
-    return autotvm.task.extract_from_program(optimized, {}, target, ops=[relay.op.get(OP_NAME)])
+    optimized = optimize(mod, params, target)
+    with dispatch.build_context():
+        return autotvm.task.extract_from_program(
+            optimized, {}, target, ops=[relay.op.get(OP_NAME)]
+        )
 
 
 def default_config_index(task: autotvm.task.Task) -> int:
