@@ -19,6 +19,7 @@ from tvm.autotvm.measure import MeasureInput, MeasureResult
 
 import tvm_fuse
 from tvm_fuse import examples, onnx_example, strategy, testing
+from tvm_fuse.schedules import conv2d_nhwc_fused
 from tvm_fuse.errors import UserError
 from tvm_fuse.tuning import RecordsError, check_records, cli, extract_tasks, tuner
 
@@ -54,7 +55,10 @@ def test_tasks_are_the_workloads_the_build_queries():
     assert [t.name for t in tasks] == [FAST] * len(tasks)
     assert {t.workload for t in tasks} == set(testing.fused_workloads(mod, params))
     assert len(tasks) == 2  # conv1 and conv2 (+ residual): different workloads
-    assert all(len(t.workload[2][1]) == 5 for t in tasks)  # packed weights
+    for task in tasks:  # the logical task: the HWIO weight, and the lanes it is packed with
+        fields = conv2d_nhwc_fused.describe_workload(task.workload)
+        assert fields["weight"][1] == (3, 3, 16, 16)
+        assert fields["lanes"] == strategy.simd_lanes(tvm_fuse.host_target())
 
 
 def test_generic_fallback_gives_no_task():

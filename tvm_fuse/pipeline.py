@@ -1,8 +1,8 @@
 """The drop-in pass pipeline and the public ``optimize`` / ``build`` / ``describe``.
 
 ``pipeline()`` is an ordinary ``tvm.transform.Sequential``: FoldBatchNorm, ConvertLayoutNHWC,
-FoldConstant, FuseConvBiasAct. ``optimize`` binds the params first (the passes only fold
-constants) and checks the module, so that user mistakes come back as one clear error instead of
+FoldConstant, FuseConvBiasAct, PackWeights. ``optimize`` binds the params first (the passes only
+fold constants) and checks the module, so that user mistakes come back as one clear error instead of
 a traceback from deep inside TVM. ``build`` then hands the module to stock ``relay.build``; the
 fused calls reach the kernel half through the strategy registered on import.
 """
@@ -18,21 +18,31 @@ from .ir_utils import relay_functions
 from .passes.fold_bn import FoldBatchNorm
 from .passes.fuse import FuseConvBiasAct
 from .passes.layout import ConvertLayoutNHWC
+from .passes.pack import PackWeights
 from .spec import KernelSpec
 from .target import as_target
 
 OPT_LEVEL = 3
 
 
-def passes() -> list[tvm.transform.Pass]:
-    """The pipeline's passes in order (the demo prints the IR after each)."""
-    return [FoldBatchNorm(), ConvertLayoutNHWC(), relay.transform.FoldConstant(), FuseConvBiasAct()]
+def passes(target=None) -> list[tvm.transform.Pass]:
+    """The pipeline's passes in order (the demo prints the IR after each). ``target``: what
+    ``PackWeights`` packs for (default: the current target, else the host)."""
+    return [
+        FoldBatchNorm(),
+        ConvertLayoutNHWC(),
+        relay.transform.FoldConstant(),
+        FuseConvBiasAct(),
+        PackWeights(target),
+    ]
 
 
-def pipeline() -> tvm.transform.Pass:
-    """The tvm_fuse passes as one Sequential, for use inside any Relay flow."""
+def pipeline(target=None) -> tvm.transform.Pass:
+    """The tvm_fuse passes as one Sequential, for use inside any Relay flow. The weights are
+    packed for ``target`` (default: ``tvm.target.Target.current()`` when it runs, else the
+    host), so build for the same target."""
     return tvm.transform.Sequential(
-        [relay.transform.InferType(), *passes()], opt_level=0, name="tvm_fuse.pipeline"
+        [relay.transform.InferType(), *passes(target)], opt_level=0, name="tvm_fuse.pipeline"
     )
 
 
@@ -83,11 +93,12 @@ def bind_params(mod: tvm.IRModule, params) -> tvm.IRModule:
     return mod
 
 
-def optimize(mod, params=None) -> tvm.IRModule:
-    """Bind ``params`` and run ``pipeline()``: the graph half's decisions, as a Relay module."""
+def optimize(mod, params=None, target=None) -> tvm.IRModule:
+    """Bind ``params`` and run ``pipeline(target)``: the graph half's decisions, as a Relay
+    module whose weights are packed for ``target`` (default: the current target, else the host)."""
     mod = bind_params(mod, params)
     with _pass_context():
-        return pipeline()(mod)
+        return pipeline(target)(mod)
 
 
 def build(mod, params=None, target=None, tuning_records=None, **kwargs):
@@ -102,7 +113,7 @@ def build(mod, params=None, target=None, tuning_records=None, **kwargs):
     """
     target = as_target(target)
     records = dispatch.checked_records(tuning_records, target)
-    mod = optimize(mod, params)
+    mod = optimize(mod, params, target)
     _require_static_inputs(mod)
     with _pass_context(), dispatch.build_context(records):
         return relay.build(mod, target=target, **kwargs)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from tvm import autotvm
 
+from ..schedules import conv2d_nhwc_fused as fast
 from ..target import as_target
 from . import rpc
 from .tasks import default_config_index, extract_tasks
@@ -111,10 +112,10 @@ def _shape(tensor_arg) -> str:
 
 
 def describe_workload(workload) -> str:
-    """``data [1,56,56,64] weight [16,3,3,64,8] s2 relu`` from a fused-kernel workload."""
-    _, data, weight, *_ = workload
-    strides, activation = workload[5], workload[9]
-    return f"data {_shape(data)} weight {_shape(weight)} s{strides[0]} {activation}"
+    """``data [1,56,56,64] weight [3,3,64,128] s2 relu`` from a fused-kernel workload."""
+    fields = fast.describe_workload(workload)
+    data, weight = _shape(fields["data"]), _shape(fields["weight"])
+    return f"data {data} weight {weight} s{fields['strides'][0]} {fields['activation']}"
 
 
 class _Progress:
