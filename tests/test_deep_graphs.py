@@ -15,7 +15,7 @@ def conv_then_chain(n_ops: int):
     """An NCHW conv followed by ``n_ops`` alternating relu / add(per-channel constant) ops."""
     data = relay.var("data", shape=(1, 4, 6, 6))
     weight = relay.var("weight", shape=(8, 4, 3, 3))
-    value = relay.nn.conv2d(data, weight, padding=(1, 1))
+    value = relay.nn.conv2d(data, weight, padding=(1, 1), channels=8, kernel_size=(3, 3))
     shift = relay.const(np.full((1, 8, 1, 1), -0.25, "float32"))
     for i in range(n_ops):
         value = relay.nn.relu(value) if i % 2 == 0 else relay.add(value, shift)
