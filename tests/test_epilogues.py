@@ -5,11 +5,13 @@ import tvm
 from tvm import relay
 
 import tvm_fuse
-from tvm_fuse import examples, testing
+from tvm_fuse import examples, spec, testing
 
 RTOL = 1e-5
 
+#: The Relay form of every activation of ``spec.ACTIVATIONS`` but "none", and its name.
 ACTIVATIONS = {
+    "relu": (relay.nn.relu, "relu"),
     "relu6": (lambda y: relay.clip(y, 0.0, 6.0), "relu6"),
     "leaky_relu": (lambda y: relay.nn.leaky_relu(y, 0.2), "leaky_relu"),
     "sigmoid": (relay.sigmoid, "sigmoid"),
@@ -34,12 +36,18 @@ def _check(func, params, expected_ops):
     assert [spec.ops for spec in tvm_fuse.describe(tvm_fuse.optimize(mod, params))] == expected_ops
 
 
+def test_every_activation_of_the_table_is_checked_here():
+    assert set(ACTIVATIONS) == set(spec.ACTIVATIONS) - {"none"}
+
+
+@pytest.mark.llvm
 @pytest.mark.parametrize("act, name", ACTIVATIONS.values(), ids=ACTIVATIONS.keys())
 def test_activation_epilogue(act, name):
     func, params = _conv_bn()
     _check(relay.Function(func.params, act(func.body)), params, [("conv2d", "bias", name)])
 
 
+@pytest.mark.llvm
 def test_residual_add_relu():
     func, params = _conv_bn()
     shortcut = relay.var("shortcut", shape=(1, 16, 12, 12))
@@ -51,6 +59,7 @@ def test_residual_add_relu():
     )
 
 
+@pytest.mark.llvm
 def test_residual_whose_conv_output_has_a_second_consumer_is_not_fused_but_correct():
     func, params = _conv_bn()
     shortcut = relay.var("shortcut", shape=(1, 16, 12, 12))
@@ -59,6 +68,7 @@ def test_residual_whose_conv_output_has_a_second_consumer_is_not_fused_but_corre
     _check(relay.Function([*func.params, shortcut], body), params, [("conv2d", "bias")])
 
 
+@pytest.mark.llvm
 def test_resnet_basic_block():
     """conv-BN-relu -> conv-BN -> add(shortcut) -> relu: two kernels, the add inside the second."""
     mod, params = examples.basic_block()

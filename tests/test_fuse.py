@@ -5,8 +5,9 @@ import pytest
 import tvm
 from tvm import relay
 
+from tvm_fuse import explain
+from tvm_fuse.passes.fuse import FuseConvBiasAct, conv_refusal
 from tvm_fuse.testing import fused_conv_call
-from tvm_fuse.passes.fuse import FuseConvBiasAct
 
 CONV = dict(strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1))
 
@@ -170,3 +171,16 @@ def test_a_chain_feeding_another_chain_fuses_both():
     inner = fused_conv_call(X, _const((3, 3, 16, 16)), activation="relu", **CONV)
     want = _expect(fused_conv_call(inner, W, activation="relu", **CONV), X)
     tvm.ir.assert_structural_equal(got, want)
+
+
+@pytest.mark.parametrize("make", UNSUPPORTED.values(), ids=UNSUPPORTED.keys())
+def test_each_unsupported_conv_has_the_reason_explain_prints(make):
+    body = make()
+    typed = _expect(body, *relay.analysis.free_vars(body))["main"].body
+    reason = conv_refusal(typed)
+    assert reason and reason == explain.conv2d_reason(typed)
+
+
+def test_a_fusable_conv_has_no_refusal():
+    typed = _expect(_nhwc_conv(X, W), X)["main"].body
+    assert conv_refusal(typed) is None

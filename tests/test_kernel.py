@@ -1,8 +1,8 @@
 """The fused kernel against NumPy: through the Relay op (strategy + compile-time packing) and TE.
 
-Each case is one LLVM build. The cases cover every value of the issue's list (Ci/Co 3, 16, 17,
-33, 64, 1000; kernels 1/3/5/7; stride 1/2; dilation 1/2; asymmetric padding; batch 1/2/4; maps
-1/7/56) without a cross product; whether a case takes the fast path depends on the target's VL.
+Each case is one LLVM build. Together the cases cover each of Ci/Co 3, 16, 17, 33, 64, 1000;
+kernels 1/3/5/7; stride 1/2; dilation 1/2; asymmetric padding; batch 1/2/4; maps 1/7/56
+(without a cross product); whether a case takes the fast path depends on the target's VL.
 """
 
 import dataclasses
@@ -22,6 +22,8 @@ from tvm_fuse.testing import fused_conv_call
 from tvm_fuse.schedules import conv2d_nhwc_fused as fast
 from tvm_fuse.schedules import packing
 from tvm_fuse.spec import KernelSpec, TensorSpec
+
+pytestmark = pytest.mark.llvm
 
 
 def host_target():

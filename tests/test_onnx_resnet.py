@@ -19,6 +19,8 @@ from tvm import relay  # noqa: E402
 import tvm_fuse  # noqa: E402
 from tvm_fuse import models, onnx_compat, testing  # noqa: E402
 
+pytestmark = pytest.mark.llvm
+
 OPSET = 13
 SHAPE = (1, 3, 224, 224)
 

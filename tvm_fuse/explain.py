@@ -6,9 +6,10 @@ whether the fast x86 kernel or the generic fallback will implement it, from the 
 ``nn.batch_norm`` calls left unfused with the reason, the other ops (compiled by stock TVM), and
 the memory plan's summary (``tvm_fuse.memory.plan``) for the stock graph and for tvm_fuse's.
 
-The reasons are worked out here, from the optimized module alone, in one place
-(:func:`conv2d_reason`, :func:`batch_norm_reason`): several consumers, var + epsilon <= 0,
-unsupported groups, dtype or layout, dynamic shapes. Read-only: it never changes the module.
+A conv's reason is the fusion pass's own (``passes.fuse.conv_refusal``: unsupported groups,
+dtype or layout, dynamic shapes); a BatchNorm's is worked out here from the optimized module
+(:func:`batch_norm_reason`: several consumers, var + epsilon <= 0, ...). Read-only: it never
+changes the module.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from . import op as fused_op
 from .ir_utils import count_ops, relay_functions, use_counts
 from .memory import plan
 from .api import describe, optimize
+from .passes.fuse import conv_refusal
 from .spec import KernelSpec
 from .strategy import fast_path_refusal
 from .target import as_target
@@ -67,25 +69,9 @@ class Leftover:
 
 # -- the reasons -----------------------------------------------------------------------------
 def conv2d_reason(conv: relay.Call) -> str:
-    """Why ``FuseConvBiasAct`` left this (type-checked) ``nn.conv2d`` alone."""
-    attrs = conv.attrs
-    data, weight = (arg.checked_type for arg in conv.args)
-    dtypes = sorted({data.dtype, weight.dtype, conv.checked_type.dtype})
-    if dtypes != ["float32"]:
-        return f"dtype {'/'.join(dtypes)}: the fused kernel is float32 only"
-    groups = int(attrs.groups)
-    if groups != 1:
-        channels = data.shape[attrs.data_layout.index("C")]
-        kind = "depthwise" if groups == channels else "grouped"
-        return f"groups={groups} ({kind} conv): the fused kernel needs groups=1"
-    if (attrs.data_layout, attrs.kernel_layout) != ("NHWC", "HWIO"):
-        return (
-            f"layout {attrs.data_layout}/{attrs.kernel_layout}: the fused kernel takes NHWC data "
-            "and HWIO weights"
-        )
-    if "?" in _shape(conv.args[0]) or "?" in _shape(conv.args[1]):
-        return "dynamic shape: the fused kernel needs static shapes"
-    return "not matched by FuseConvBiasAct"
+    """Why ``FuseConvBiasAct`` left this (type-checked) ``nn.conv2d`` alone: the pass's own
+    reason (``passes.fuse.conv_refusal``)."""
+    return conv_refusal(conv) or "fusable: FuseConvBiasAct did not run on this module"
 
 
 def _conv_chain(expr):

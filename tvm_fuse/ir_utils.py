@@ -7,8 +7,6 @@ recursion limit.
 from __future__ import annotations
 
 import collections
-import contextlib
-import sys
 
 import tvm
 from tvm import relay
@@ -65,18 +63,3 @@ def op_is_registered(name: str) -> bool:
 def relay_functions(mod: tvm.IRModule) -> dict:
     """GlobalVar -> relay.Function for every Relay function of ``mod`` (PrimFuncs left out)."""
     return {gv: f for gv, f in mod.functions.items() if isinstance(f, relay.Function)}
-
-
-@contextlib.contextmanager
-def deep_recursion(limit: int = 20000):
-    """Let a Python ``relay.ExprMutator`` walk deep graphs (DenseNet, ResNet-152).
-
-    Relay's Python mutators recurse once per node along the longest path; the default limit of
-    1000 frames is too low for whole networks.
-    """
-    old = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(old, limit))
-    try:
-        yield
-    finally:
-        sys.setrecursionlimit(old)

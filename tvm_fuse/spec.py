@@ -16,16 +16,34 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-#: Activations the fused kernel can apply to its accumulators, with the formula it prints.
+
+@dataclass(frozen=True)
+class Activation:
+    """One activation the fused kernel applies to its accumulators: the formula a spec prints,
+    and the Relay form ``FuseConvBiasAct`` absorbs as it: ``relay_op`` applied to the chain's
+    output, with the attribute values ``relay_attrs`` (``alpha`` read from ``alpha_attr``), or,
+    when ``gated``, ``x * relay_op(x)``. The kernels compute it in ``schedules/epilogue.py``."""
+
+    formula: str
+    relay_op: str = ""
+    relay_attrs: dict = field(default_factory=dict)
+    alpha_attr: str = ""
+    gated: bool = False
+
+
+#: The activations, by the name a spec carries: the one table the spec, the fusion pass and the
+#: epilogue tests read.
 ACTIVATIONS = {
-    "none": "{x}",
-    "relu": "max(0, {x})",
-    "relu6": "min(max(0, {x}), 6)",
-    "leaky_relu": "leaky_relu({x}, alpha={alpha:g})",
-    "sigmoid": "sigmoid({x})",
-    "silu": "{x} * sigmoid({x})",
+    "none": Activation("{x}"),
+    "relu": Activation("max(0, {x})", "nn.relu"),
+    "relu6": Activation("min(max(0, {x}), 6)", "clip", {"a_min": 0.0, "a_max": 6.0}),
+    "leaky_relu": Activation(
+        "leaky_relu({x}, alpha={alpha:g})", "nn.leaky_relu", alpha_attr="alpha"
+    ),
+    "sigmoid": Activation("sigmoid({x})", "sigmoid"),
+    "silu": Activation("{x} * sigmoid({x})", "sigmoid", gated=True),
 }
 
 
@@ -171,7 +189,7 @@ class KernelSpec:
             x += " + b"
         if self.residual is not None:
             x += " + r"
-        return "out = " + ACTIVATIONS[self.activation].format(x=x, alpha=self.alpha)
+        return "out = " + ACTIVATIONS[self.activation].formula.format(x=x, alpha=self.alpha)
 
     @property
     def argument_names(self) -> tuple[str, ...]:

@@ -28,7 +28,7 @@ from .graph_storage import graph_storage
 from .plan import plan_graph
 from .relay_kernels import FUSION_OPT_LEVEL
 
-LOWER_BOUND_SLACK = 1.10  # the target: plan within 10 % of the lower bound
+LOWER_BOUND_SLACK = 1.10  # the target: plan within 10 % of the lower bound
 
 
 @dataclass(frozen=True)

@@ -1,33 +1,35 @@
 """FuseConvBiasAct: the fusion decision — conv2d chains become one ``tvm_fuse.conv2d_nhwc_fused``.
 
-Where it sits: last pass of ``tvm_fuse.pipeline()``, after ``FoldBatchNorm`` (which turned BN into
-a bias) and ``ConvertLayoutNHWC`` (which made convs NHWC/HWIO). It matches::
+Where it sits: last pass of ``tvm_fuse.pipeline()``'s fusion, after ``FoldBatchNorm`` (which
+turned BN into a bias) and ``ConvertLayoutNHWC`` (which made convs NHWC/HWIO). It matches::
 
     %0 = nn.conv2d(%x, %w, data_layout="NHWC", kernel_layout="HWIO")   # groups=1, float32
     %1 = nn.bias_add(%0, %b, axis=3)   # or add(%0, <constant [C] or [1,1,1,C]>); optional
     %2 = add(%1, %r)                   # residual of the output's shape, either side; optional
-    %3 = nn.relu(%2)                   # or clip(0, 6), nn.leaky_relu, sigmoid,
-                                       # multiply(%2, sigmoid(%2)) (SiLU); optional
-    =>  tvm_fuse.conv2d_nhwc_fused(%x, %w, %b, %r, activation="relu", ...)
+    %3 = nn.relu(%2)                   # or any other activation of spec.ACTIVATIONS; optional
+    =>  tvm_fuse.conv2d_nhwc_fused(%x, %w, %b, %r)    # its spec: bias, residual, relu
 
-The chain is grown one step at a time by small rules (``RULES``): each takes the rebuilt call
-and the original one and returns the grown fused call, or None when it does not apply. A step is
-fused only when the intermediate it swallows has no consumer outside the step, so no tensor that
-something else reads is ever fused away.
-
-It refuses (leaves stock ops): other layouts, groups != 1, non-float32 data/weight/output,
-dynamic shapes, addends that are neither per-channel nor of the output's shape, and clips other
-than (0, 6).
+The chain grows one op per walk: :func:`fusion_pattern` matches a conv, or one op on a fused
+call's output, and the walk (``DFPatternCallback.rewrite``, in C++, so deep graphs never recurse
+in Python) replaces it with a fused call whose spec has grown (``KernelSpec.with_epilogue``).
+Walks repeat until one grows nothing. A conv the kernel cannot take stays, for the reason
+:func:`conv_refusal` gives (``tvm-fuse explain`` prints it); an op above a fused call is absorbed
+by the first step rule (``STEPS``) that takes it, and each rule says in words why it does not.
+An op is absorbed only when the fused call below it has no other consumer, so no value that
+something else reads is fused away. Refused: other layouts, groups != 1, non-float32 tensors,
+dynamic shapes, addends that are neither per-channel nor of the output's shape, activations not
+in the table (e.g. a clip other than (0, 6)).
 """
 
 from __future__ import annotations
 
 import tvm
 from tvm import relay
+from tvm.relay.dataflow_pattern import CallPattern, DFPatternCallback, is_op, wildcard
 
 from .. import op as fused_op
-from ..ir_utils import deep_recursion, use_counts
-from ..spec import KernelSpec
+from ..ir_utils import relay_functions, use_counts
+from ..spec import ACTIVATIONS, KernelSpec
 
 
 def _static_shape(ty):
@@ -38,53 +40,116 @@ def _static_shape(ty):
     return tuple(int(d) for d in ty.shape)
 
 
-def _conv_to_fused(call, original, _uses):
-    """``nn.conv2d`` in NHWC/HWIO, groups 1, float32 -> fused call with no epilogue."""
-    if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "nn.conv2d"):
-        return None
-    attrs = call.attrs
-    if (attrs.data_layout, attrs.kernel_layout, int(attrs.groups)) != ("NHWC", "HWIO", 1):
-        return None
-    data_ty, weight_ty = (arg.checked_type for arg in original.args)
-    out_dtype = attrs.out_dtype or data_ty.dtype
-    if {data_ty.dtype, weight_ty.dtype, out_dtype} != {"float32"}:
-        return None
-    if _static_shape(data_ty) is None or _static_shape(weight_ty) is None:
-        return None
+# -- the pattern --------------------------------------------------------------------------------
+def fusion_pattern():
+    """What one walk rewrites: a ``conv2d``, or one op applied to a fused call's output: a bias
+    (``bias_add`` or ``add``), a residual ``add``, or an activation of ``spec.ACTIVATIONS``."""
+    fused = CallPattern(is_op(fused_op.OP_NAME), None)
+    steps = [is_op("nn.bias_add")(fused, wildcard()), is_op("add")(fused, wildcard())]
+    steps += [_activation_pattern(r, fused) for r in ACTIVATIONS.values() if r.relay_op]
+    pattern = is_op("nn.conv2d")(wildcard(), wildcard())
+    for step in steps:  # add and multiply are commutative: the matcher tries both orders
+        pattern = pattern | step
+    return pattern
+
+
+def _activation_pattern(activation, x):
+    """The Relay form of one row of ``spec.ACTIVATIONS`` applied to ``x``."""
+    applied = is_op(activation.relay_op)(x)
+    return is_op("multiply")(x, applied) if activation.gated else applied
+
+
+# -- the conv -----------------------------------------------------------------------------------
+def conv_refusal(conv: relay.Call) -> str | None:
+    """Why a type-checked ``nn.conv2d`` is not fused, or None when ``FuseConvBiasAct`` fuses it."""
+    attrs = conv.attrs
+    data, weight = (arg.checked_type for arg in conv.args)
+    dtypes = sorted({data.dtype, weight.dtype, conv.checked_type.dtype})
+    if dtypes != ["float32"]:
+        return f"dtype {'/'.join(dtypes)}: the fused kernel is float32 only"
+    groups = int(attrs.groups)
+    if groups != 1:
+        channels = data.shape[attrs.data_layout.index("C")]
+        kind = "depthwise" if groups == channels else "grouped"
+        return f"groups={groups} ({kind} conv): the fused kernel needs groups=1"
+    if (attrs.data_layout, attrs.kernel_layout) != ("NHWC", "HWIO"):
+        return (
+            f"layout {attrs.data_layout}/{attrs.kernel_layout}: the fused kernel takes NHWC data "
+            "and HWIO weights"
+        )
+    if _static_shape(data) is None or _static_shape(weight) is None:
+        return "dynamic shape: the fused kernel needs static shapes"
+    return None
+
+
+def _conv_spec(conv: relay.Call) -> KernelSpec:
+    """The spec of a fusable conv, with no epilogue yet."""
+    attrs = conv.attrs
     padding = [int(p) for p in attrs.padding]
-    if len(padding) == 2:
-        padding = padding * 2
-    spec = KernelSpec.conv(
-        _static_shape(data_ty), _static_shape(weight_ty), attrs.strides, padding, attrs.dilation
+    return KernelSpec.conv(
+        _static_shape(conv.args[0].checked_type),
+        _static_shape(conv.args[1].checked_type),
+        attrs.strides,
+        padding * 2 if len(padding) == 2 else padding,
+        attrs.dilation,
     )
-    return fused_op.fused_call(spec, call.args[0], call.args[1])
 
 
-def _is_op(call, *names) -> bool:
-    return isinstance(call.op, tvm.ir.Op) and call.op.name in names
+# -- the steps above it -------------------------------------------------------------------------
+class _Step:
+    """One op on a fused call's output: ``pre`` (as matched, type-checked), ``post`` (with its
+    arguments rewritten), ``chain`` (the index of the fused argument) and ``below`` (that
+    argument, as matched)."""
+
+    def __init__(self, pre, post, chain, below):
+        self.pre, self.post, self.chain, self.below = pre, post, chain, below
+
+    @property
+    def name(self) -> str:
+        return self.pre.op.name
+
+    def other(self) -> int:
+        return 1 - self.chain
 
 
-def _open_fused(expr, original, uses, *, free, consumers=1):
-    """The spec of ``expr`` if it may still absorb a step, else None: ``expr`` is a fused call,
-    its ``free`` fields (bias, residual, activation) are still unset, and the original
-    intermediate it stands for has exactly ``consumers`` consumers (all of them inside the step
-    being absorbed)."""
-    if not fused_op.is_fused_call(expr) or uses.get(original, 0) != consumers:
-        return None
-    spec = fused_op.spec_of_call(expr)
-    return spec if all(getattr(spec, name) in (None, "none") for name in free) else None
+def _open_spec(fuser, step, fused, free, consumers=1):
+    """The fused call's spec if it may absorb ``step``, else why not: its ``free`` fields are
+    unset, and the node below ``step`` has ``consumers`` consumers, all inside the step."""
+    spec = fused_op.spec_of_call(fused)
+    taken = [name for name in free if getattr(spec, name) not in (None, "none")]
+    if taken:
+        return f"the kernel already has its {taken[0]}"
+    readers = fuser.consumers(step.below)
+    if readers != consumers:
+        return f"the kernel's output feeds {readers} ops"
+    return spec
 
 
-def _regrow(fused, spec, *, bias=None, residual=None, **changes):
-    """A copy of the fused call with its spec grown: a bias or residual argument added, or the
-    activation (and alpha) set."""
+def _grown(fused, spec, bias=None, residual=None, **fields):
+    """``fused`` with its spec grown by a bias, a residual or an activation."""
     args = {"bias": None, "residual": None, **fused_op.call_arguments(fused)}
     args.update((k, v) for k, v in (("bias", bias), ("residual", residual)) if v is not None)
-    grown = spec.with_epilogue(bias is not None, residual is not None, **changes)
-    return fused_op.fused_call(grown, **args)
+    spec = spec.with_epilogue(bias is not None, residual is not None, **fields)
+    return fused_op.fused_call(spec, **args)
 
 
-def _per_channel_bias(expr, ty, channels):
+def _absorb_bias(fuser, step, fused):
+    """``bias_add(x, b, axis=3)`` or ``add(x, b)``, ``b`` a [C] tensor or a [1,1,1,C] constant."""
+    if step.name not in ("nn.bias_add", "add"):
+        return f"{step.name} is not a bias"
+    if step.name == "nn.bias_add" and int(step.pre.attrs.axis) not in (3, -1):
+        return f"bias_add along axis {int(step.pre.attrs.axis)}, not the output channels"
+    spec = _open_spec(fuser, step, fused, free=("bias", "activation"))
+    if isinstance(spec, str):
+        return spec
+    ty = step.pre.args[step.other()].checked_type
+    bias = _per_channel(step.post.args[step.other()], ty, spec.out_channels)
+    if bias is None:
+        return f"the addend {ty} is not a per-channel bias"
+    return _grown(fused, spec, bias=bias)
+
+
+def _per_channel(expr, ty, channels):
     """``expr`` (of type ``ty``) as a [C] bias, or None: a [C] tensor, or a constant of shape
     [1,1,1,C]."""
     shape = _static_shape(ty)
@@ -97,111 +162,110 @@ def _per_channel_bias(expr, ty, channels):
     return None
 
 
-def _absorb_bias(call, original, uses):
-    """``bias_add(fused, b, axis=3)`` or ``add(fused, per-channel const)`` -> fused with bias."""
-    if not _is_op(call, "nn.bias_add", "add"):
-        return None
-    if call.op.name == "nn.bias_add" and int(call.attrs.axis) not in (3, -1):
-        return None
-    spec = _open_fused(call.args[0], original.args[0], uses, free=("bias", "activation"))
-    if spec is None:
-        return None
-    bias = _per_channel_bias(call.args[1], original.args[1].checked_type, spec.out_channels)
-    return None if bias is None else _regrow(call.args[0], spec, bias=bias)
+def _absorb_residual(fuser, step, fused):
+    """``add(x, r)`` or ``add(r, x)``, ``r`` of the output's shape (a ResNet shortcut)."""
+    if step.name != "add":
+        return f"{step.name} is not a residual add"
+    spec = _open_spec(fuser, step, fused, free=("residual", "activation"))
+    if isinstance(spec, str):
+        return spec
+    ty = step.pre.args[step.other()].checked_type
+    if _static_shape(ty) != spec.out.shape or ty.dtype != spec.out.dtype:
+        return f"the addend {ty} is not of the output's type"
+    return _grown(fused, spec, residual=step.post.args[step.other()])
 
 
-def _absorb_residual(call, original, uses):
-    """``add(fused, r)`` or ``add(r, fused)`` with ``r`` of the output's shape -> fused with
-    residual ``r`` (a ResNet shortcut). Only the conv chain's single consumer may be the add."""
-    if not _is_op(call, "add"):
-        return None
-    out_type = original.checked_type
-    for mine, other in ((0, 1), (1, 0)):
-        spec = _open_fused(
-            call.args[mine], original.args[mine], uses, free=("residual", "activation")
-        )
-        if spec is not None and tvm.ir.structural_equal(
-            original.args[other].checked_type, out_type
-        ):
-            return _regrow(call.args[mine], spec, residual=call.args[other])
-    return None
+def _absorb_activation(fuser, step, fused):
+    """An activation of ``spec.ACTIVATIONS``: ``relu(x)``, ``clip(x, 0, 6)``, ``x * sigmoid(x)``
+    (whose gate must feed nothing else), ..."""
+    name = _activation_of(step)
+    if name is None:
+        return f"{step.name} with these attributes is not an activation of the kernel"
+    row = ACTIVATIONS[name]
+    if row.gated and fuser.consumers(step.pre.args[step.other()]) != 1:
+        return f"the {row.relay_op} gate feeds other ops too"
+    spec = _open_spec(fuser, step, fused, free=("activation",), consumers=1 + row.gated)
+    if isinstance(spec, str):
+        return spec
+    alpha = float(getattr(step.pre.attrs, row.alpha_attr)) if row.alpha_attr else 0.0
+    return _grown(fused, spec, activation=name, alpha=alpha)
 
 
-def _constant_value(value) -> float:
-    return float(value.value if hasattr(value, "value") else value)
-
-
-def _activation_of(call):
-    """``(activation, alpha)`` that a single-input call applies, or None."""
-    if _is_op(call, "nn.relu"):
-        return "relu", 0.0
-    if _is_op(call, "sigmoid"):
-        return "sigmoid", 0.0
-    if _is_op(call, "nn.leaky_relu"):
-        return "leaky_relu", float(call.attrs.alpha)
-    if _is_op(call, "clip"):
-        bounds = (_constant_value(call.attrs.a_min), _constant_value(call.attrs.a_max))
-        return {(0.0, 6.0): ("relu6", 0.0)}.get(bounds)
-    return None
-
-
-def _absorb_activation(call, original, uses):
-    """``relu | relu6 (clip 0..6) | leaky_relu | sigmoid (fused)`` -> fused with activation."""
-    activation = _activation_of(call)
-    if activation is None:
-        return None
-    spec = _open_fused(call.args[0], original.args[0], uses, free=("activation",))
-    if spec is None:
-        return None
-    return _regrow(call.args[0], spec, activation=activation[0], alpha=activation[1])
-
-
-def _absorb_silu(call, original, uses):
-    """``multiply(fused, sigmoid(fused))`` -> fused with activation silu. The fused output has
-    exactly the two consumers of the pattern; the sigmoid, one."""
-    if not _is_op(call, "multiply"):
-        return None
-    for mine, gate in ((0, 1), (1, 0)):
-        sig, sig_original = call.args[gate], original.args[gate]
-        if not (isinstance(sig, relay.Call) and _is_op(sig, "sigmoid")):
+def _activation_of(step) -> str | None:
+    """The name of the activation ``step`` applies to the chain, or None."""
+    for name, row in ACTIVATIONS.items():
+        if not row.relay_op:
             continue
-        if not sig_original.args[0].same_as(original.args[mine]) or uses.get(sig_original) != 1:
-            continue
-        spec = _open_fused(
-            call.args[mine], original.args[mine], uses, free=("activation",), consumers=2
-        )
-        if spec is not None:
-            return _regrow(call.args[mine], spec, activation="silu")
+        if row.gated:
+            if step.name == "multiply" and _is_gate(step.pre.args[step.other()], row, step.below):
+                return name
+        elif step.name == row.relay_op and _attrs_match(step.pre, row.relay_attrs):
+            return name
     return None
 
 
-#: The fusion rules, tried in order on every call after its arguments were rewritten; the
-#: first that applies wins. Each returns the grown fused call, or None.
-RULES = (_conv_to_fused, _absorb_bias, _absorb_residual, _absorb_activation, _absorb_silu)
+def _is_gate(expr, row, x) -> bool:
+    """Whether ``expr`` is ``row.relay_op(x)``."""
+    is_call = isinstance(expr, relay.Call) and isinstance(expr.op, tvm.ir.Op)
+    return is_call and expr.op.name == row.relay_op and expr.args[0].same_as(x)
 
 
-class _ChainFuser(relay.ExprMutator):
-    """Rebuilds a function post-order, growing fused calls with ``RULES``."""
+def _attrs_match(call, wanted: dict) -> bool:
+    def number(value):
+        return float(value.value if hasattr(value, "value") else value)
 
-    def __init__(self, uses):
-        super().__init__()
-        self.uses = uses
-
-    def visit_call(self, call):
-        rebuilt = super().visit_call(call)
-        if not isinstance(rebuilt, relay.Call):
-            return rebuilt
-        for rule in RULES:
-            grown = rule(rebuilt, call, self.uses)
-            if grown is not None:
-                return grown
-        return rebuilt
+    return all(number(getattr(call.attrs, k)) == v for k, v in wanted.items())
 
 
-def fuse_function(func: relay.Function) -> relay.Function:
-    """Fuse every eligible conv chain of one type-checked function."""
-    with deep_recursion():
-        return _ChainFuser(use_counts(func)).visit(func)
+#: The rules an op above the conv may be absorbed by, tried in order; each returns the grown
+#: fused call or, as a string, why it does not take the op.
+STEPS = (_absorb_bias, _absorb_residual, _absorb_activation)
+
+
+# -- the rewrite --------------------------------------------------------------------------------
+class _ChainFuser(DFPatternCallback):
+    """One walk over one type-checked function: each conv becomes a fused call, each op on a
+    fused call's output is absorbed when a rule of ``STEPS`` takes it. ``grown`` counts them."""
+
+    def __init__(self, func):
+        super().__init__(require_type=False, rewrite_once=True)
+        self.pattern = fusion_pattern()
+        self.func = func
+        self.grown = 0
+        self._counts = None
+
+    def consumers(self, node) -> int:
+        """How many ops of the function read ``node`` (counted once, when first asked)."""
+        if self._counts is None:
+            self._counts = use_counts(self.func)
+        return self._counts[node]
+
+    def callback(self, pre, post, node_map):
+        grown = self.grow(pre, post)
+        if isinstance(grown, str):
+            return post
+        self.grown += 1
+        return grown
+
+    def grow(self, pre, post):
+        """The fused call that replaces ``pre``, or why there is none."""
+        if pre.op.name == "nn.conv2d":
+            refusal = conv_refusal(pre)
+            return refusal or fused_op.fused_call(_conv_spec(pre), *post.args)
+        refusal = "no argument is a fused call"
+        for chain in _fused_arguments(pre):
+            step = _Step(pre, post, chain, pre.args[chain])
+            for rule in STEPS:
+                refusal = rule(self, step, post.args[chain])
+                if not isinstance(refusal, str):
+                    return refusal
+        return refusal
+
+
+def _fused_arguments(call) -> list[int]:
+    """Indices of ``call``'s arguments that are fused calls (``bias_add``: its data only)."""
+    indices = (0,) if call.op.name == "nn.bias_add" else range(len(call.args))
+    return [i for i in indices if fused_op.is_fused_call(call.args[i])]
 
 
 def _is_primitive(func) -> bool:
@@ -209,17 +273,18 @@ def _is_primitive(func) -> bool:
 
 
 def FuseConvBiasAct() -> tvm.transform.Pass:  # pylint: disable=invalid-name  (TVM pass style)
-    """Fuse ``conv2d (NHWC) -> [bias] -> [relu]`` chains into one tvm_fuse fused call."""
+    """Fuse ``conv2d (NHWC) -> [bias] -> [residual] -> [activation]`` chains into one call."""
 
     def transform(mod, _ctx):
-        mod = relay.transform.InferType()(mod)
-        updates = {
-            gv: fuse_function(func)
-            for gv, func in mod.functions.items()
-            if isinstance(func, relay.Function) and not _is_primitive(func)
-        }
-        for gv, func in updates.items():
-            mod[gv] = func
-        return relay.transform.InferType()(mod)
+        grown = True
+        while grown:  # one walk per step of the longest chain, and one that finds nothing
+            mod, grown = relay.transform.InferType()(mod), 0
+            for gvar, func in relay_functions(mod).items():
+                fuser = _ChainFuser(func)
+                rewritten = fuser.rewrite(func) if not _is_primitive(func) else func
+                if fuser.grown:
+                    mod.update_func(gvar, rewritten)
+                    grown += fuser.grown
+        return mod
 
     return tvm.transform.module_pass(transform, opt_level=0, name="tvm_fuse.FuseConvBiasAct")

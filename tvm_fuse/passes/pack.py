@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import tvm
 from tvm import relay
+from tvm.relay.dataflow_pattern import CallPattern, DFPatternCallback, is_op
 
 from .. import op as fused_op
 from .. import strategy
-from ..ir_utils import deep_recursion, relay_functions
+from ..ir_utils import relay_functions
 from ..spec import KernelSpec
 from ..target import as_target
 
@@ -63,15 +64,16 @@ def packed_weight_expr(weight: relay.Expr, spec: KernelSpec, wanted: KernelSpec)
     return relay.layout_transform(weight, "HWIO", wanted.weight.layout)
 
 
-class _Packer(relay.ExprMutator):
+class _Packer(DFPatternCallback):
+    """Rewrites every fused call in one C++ walk (no Python recursion on deep graphs)."""
+
     def __init__(self, target):
-        super().__init__()
+        super().__init__(require_type=False, rewrite_once=True)
+        self.pattern = CallPattern(is_op(fused_op.OP_NAME), None)
         self.target = target
 
-    def visit_call(self, call):
-        rebuilt = super().visit_call(call)
-        if not fused_op.is_fused_call(rebuilt):
-            return rebuilt
+    def callback(self, pre, post, node_map):
+        rebuilt = post
         spec = fused_op.spec_of_call(rebuilt)
         wanted = strategy.preferred_spec(spec, self.target)
         if wanted.weight == spec.weight:
@@ -82,5 +84,4 @@ class _Packer(relay.ExprMutator):
 
 
 def _pack_function(func: relay.Function, target) -> relay.Function:
-    with deep_recursion():
-        return _Packer(target).visit(func)
+    return _Packer(target).rewrite(func)
