@@ -5,18 +5,16 @@ what stock TVM's build of the unfused graph gives (e.g. stock ``clip(NaN, 0, 6)`
 computes ``max(min(x, 6), 0)``), on both implementations of the fused op.
 """
 
-import io
 import json
-import time
 
 import numpy as np
 import pytest
 import tvm
-from tvm import autotvm, relay
-from tvm.autotvm.measure import MeasureInput, MeasureResult
+from test_tune import small_layer, write_log
+from tvm import relay
 
 import tvm_fuse
-from tvm_fuse import examples, strategy, testing
+from tvm_fuse import strategy, testing
 from tvm_fuse.errors import UserError
 from tvm_fuse.tuning import RecordsError, check_records, extract_tasks
 
@@ -97,3 +95,39 @@ def test_epilogue_on_nan_and_inf_matches_stock(activation, path):
     assert_same_including_specials(got, ref)
     if activation == "none":  # the accumulators the activations see hold every special
         assert np.isnan(ref).any() and np.isposinf(ref).any() and np.isneginf(ref).any()
+
+
+# -- tuning logs: every knob value checked against the template --------------------------------
+@pytest.fixture(scope="module")
+def layer():
+    mod, params = small_layer()
+    (task,) = extract_tasks(mod, params)
+    return mod, params, task
+
+
+def _set_knob(line, name, value):
+    row = json.loads(line)
+    row["config"]["entity"] = [
+        [knob, kind, value if knob == name else old] for knob, kind, old in row["config"]["entity"]
+    ]
+    return json.dumps(row) + "\n"
+
+
+@pytest.mark.parametrize("name, value", [("owb", 0), ("tile_ic", [-1, 3]), ("flat", "x")])
+def test_a_knob_value_outside_the_config_space_refuses_the_whole_log(tmp_path, layer, name, value):
+    mod, params, task = layer
+    lines = open(write_log(tmp_path / "good.log", task, [0, 1]), encoding="utf-8").readlines()
+    bad = tmp_path / "bad.log"
+    bad.write_text(lines[0] + _set_knob(lines[1], name, value), encoding="utf-8")
+    with pytest.raises(RecordsError, match=f"line 2 sets {name}="):
+        check_records(bad)
+    with pytest.raises(RecordsError, match=f"line 2 sets {name}="):
+        tvm_fuse.build(mod, params, tuning_records=str(bad))
+
+
+@pytest.mark.parametrize("n_trial", [0, -3])
+def test_tune_refuses_fewer_than_one_trial(tmp_path, layer, n_trial):
+    mod, params, _ = layer
+    with pytest.raises(UserError, match=f"n_trial={n_trial}"):
+        tvm_fuse.tune(mod, params, log_file=tmp_path / "t.log", n_trial=n_trial)
+    assert not (tmp_path / "t.log").exists()

@@ -20,10 +20,10 @@ import sys
 import time
 from pathlib import Path
 
-from tvm.driver.tvmc.shape_parser import parse_shape_string
 
 from .errors import UserError
 from .progress import Progress
+from .shape_text import parse_input_shapes
 from .tuning import add_cli as add_tune_cli
 
 PROG = "tvm-fuse"
@@ -126,7 +126,7 @@ def _add_model_options(command: argparse.ArgumentParser) -> None:
     )
     command.add_argument(
         "--input-shapes",
-        type=parse_shape_string,
+        type=parse_input_shapes,
         help='static input shapes, tvmc syntax: "data:[1,3,224,224] other:[1,10]"',
     )
     command.add_argument("-q", "--quiet", action="store_true", help="no progress lines")

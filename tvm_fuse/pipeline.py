@@ -16,6 +16,7 @@ from . import op as fused_op
 from .passes.fold_bn import FoldBatchNorm
 from .passes.fuse import FuseConvBiasAct
 from .passes.layout import ConvertLayoutNHWC
+from .sizes import check_tensor_sizes
 from .spec import KernelSpec
 from .target import as_target
 from .tuning.records import apply_records, check_records
@@ -102,6 +103,7 @@ def build(mod, params=None, target=None, tuning_records=None, **kwargs):
     records = check_records(tuning_records, target) if tuning_records is not None else None
     mod = optimize(mod, params)
     _require_static_inputs(mod)
+    check_tensor_sizes(mod, "tvm_fuse.build")
     with _pass_context(), apply_records(records):
         return relay.build(mod, target=target, **kwargs)
 

@@ -8,10 +8,10 @@ imported when the command runs, so that ``tvm-fuse --help`` stays fast.
 
 from __future__ import annotations
 
-from tvm.driver.tvmc.shape_parser import parse_shape_string
 
 from ..errors import UserError
 from ..progress import Progress
+from ..shape_text import parse_input_shapes
 
 
 def add_cli(subparsers) -> None:
@@ -24,7 +24,7 @@ def add_cli(subparsers) -> None:
     tune.add_argument("--target", help="llvm target string (default: this CPU)")
     tune.add_argument(
         "--input-shapes",
-        type=parse_shape_string,
+        type=parse_input_shapes,
         help='static input shapes, tvmc syntax: "data:[1,3,224,224]"',
     )
     tune.add_argument("--tracker", metavar="HOST:PORT", help="measure through this RPC tracker")

@@ -8,7 +8,9 @@ and the reason, never a half-applied log. Refused:
 - a *foreign* log: a record tuned for another target -- a different target kind, ``-mcpu`` or
   ``-mtriple`` than the build's (``-num-cores`` and other flags may differ) -- or a log with no
   record of the fused kernel at all (a log of other ops only);
-- a *stale* record of the fused kernel: its knobs are not the template's current knobs.
+- a *stale* record of the fused kernel: its knobs are not the template's current knobs, or a
+  knob's value is not one of the template's choices for that workload (e.g. ``owb=0``, which
+  would fail deep inside the schedule).
 
 Accepted and ignored by the build: records of the fused kernel for workloads the model does not
 have (the analytic default is used for kernels without a record), records of other ops
@@ -82,11 +84,13 @@ def _check_target(path, number, inp, target) -> None:
         )
 
 
-def _template_knobs(task_name, args, target, cache: dict) -> set:
+def _template_knobs(task_name, args, target, cache: dict) -> dict:
+    """Knob name -> the values (as text) the template's config space allows for ``args``."""
     key = (task_name, args)
     if key not in cache:
         task = autotvm.task.create(task_name, args, target)
-        cache[key] = set(task.config_space.space_map)
+        space = task.config_space.space_map
+        cache[key] = {name: {repr(e) for e in knob.entities} for name, knob in space.items()}
     return cache[key]
 
 
@@ -98,12 +102,19 @@ def _check_knobs(path, number, inp, target, cache) -> None:
             f"{path}: line {number}: the workload {inp.task.args} is not one of "
             f"{FUSED_TASK} ({str(err).strip().splitlines()[-1] if str(err).strip() else err})"
         ) from None
-    have = {name for name, *_ in inp.config.to_json_dict()["entity"]}
-    if have != knobs:
+    have = dict(inp.config._entity_map)  # pylint: disable=protected-access  (name -> entity)
+    if set(have) != set(knobs):
         raise RecordsError(
             f"{path}: line {number} sets the knobs {sorted(have)}, but {FUSED_TASK} now has "
             f"{sorted(knobs)}: the log was made with another version of the schedule; tune again"
         )
+    for name, entity in have.items():
+        if repr(entity) not in knobs[name]:
+            raise RecordsError(
+                f"{path}: line {number} sets {name}={entity!r}, which is not one of "
+                f"{FUSED_TASK}'s choices for this workload ({', '.join(sorted(knobs[name]))}); "
+                "the log is corrupt or was edited: tune again"
+            )
 
 
 def check_records(path, target=None) -> list:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from tvm import autotvm
 
+from ..errors import UserError
 from ..target import as_target
 from . import rpc
 from .tasks import default_config_index, extract_tasks
@@ -111,9 +112,9 @@ def local_runner(
     min_repeat_ms: int = MIN_REPEAT_MS,
 ) -> LoopbackRunner:
     """The default runner: this machine (RPC on 127.0.0.1 only), ``repeat`` timings of at least
-    ``number`` runs and ``min_repeat_ms`` each, with the CPU caches flushed before each repeat (a kernel inside a
-    model meets cold weights) unless ``flush_cache`` is False (a kernel timed on its own, warm,
-    as the layer benchmark does)."""
+    ``number`` runs and ``min_repeat_ms`` each, with the CPU caches flushed before each repeat
+    (a kernel inside a model meets cold weights) unless ``flush_cache`` is False (a kernel timed
+    on its own, warm, as the layer benchmark does)."""
     return LoopbackRunner(
         number=number,
         repeat=repeat,
@@ -268,6 +269,8 @@ def tune(
     stream
         Where progress goes (default stderr).
     """
+    if n_trial < 1:
+        raise UserError(f"tvm_fuse.tune: n_trial={n_trial}; give at least 1 measurement per kernel")
     target = as_target(target)
     tuner = check_tuner(tuner)
     stream = stream or sys.stderr
