@@ -109,3 +109,49 @@ def test_the_api_refuses_shapes_too_large_to_run():
     func = relay.Function([data, weight], relay.nn.relu(relay.nn.conv2d(data, weight)))
     with pytest.raises(UserError, match="input 'data' has shape \\[1,8,100000,100000\\]"):
         tvm_fuse.build(func)
+
+
+# -- the probe's finds ------------------------------------------------------------------------
+def test_tuning_records_that_are_not_text(model, capsys):
+    one_line(capsys, ["compile", model, "--tuning-records", model], "not a text file")
+
+
+@pytest.mark.parametrize("timeout", ["0", "-1", "nan"])
+def test_tune_refuses_a_timeout_that_is_not_positive(model, capsys, timeout):
+    one_line(capsys, ["tune", model, "--log", "t.log", "--timeout", timeout], "--timeout")
+    mod, params = examples.conv_bn_act(data_shape=(1, 8, 8, 8), channels=8)
+    with pytest.raises(UserError, match="timeout="):
+        tvm_fuse.tune(mod, params, log_file="never-written.log", timeout=float(timeout))
+
+
+@pytest.mark.parametrize(
+    "call, says",
+    [
+        (lambda: tvm_fuse.build("not a module"), "expected a Relay IRModule"),
+        (lambda: tvm_fuse.build(None), "expected a Relay IRModule"),
+        (lambda: tvm_fuse.tune(_free_function(), log_file="x.log"), "free variables"),
+        (lambda: tvm_fuse.tune(_small(), tracker="nowhere", key="k"), "not host:port"),
+        (lambda: tvm_fuse.tune(_small(), tuner="annealing"), "unknown tuner"),
+        (lambda: tvm_fuse.build(_small(), tuning_records="missing.log"), "does not exist"),
+    ],
+)
+def test_api_errors_are_tvm_fuse_errors(call, says):
+    with pytest.raises(UserError, match=says):
+        call()
+
+
+def _small():
+    return examples.conv_bn_act(data_shape=(1, 8, 8, 8), channels=8)[0]
+
+
+def _free_function():
+    x, w = relay.var("x", shape=(1, 8, 4, 4)), relay.var("w", shape=(8, 8, 1, 1))
+    return relay.Function([x], relay.nn.conv2d(x, w))
+
+
+@pytest.mark.parametrize("target, says", TARGETS[:3])
+def test_tvmc_refuses_a_bad_llvm_part(model, tmp_path, capsys, target, says):
+    out = tmp_path / "out.tar"
+    argv = ["tvmc", "compile", "--target", f"tvm_fuse, {target}", "-o", out, model]
+    one_line(capsys, argv, says, "--target")
+    assert not out.exists()

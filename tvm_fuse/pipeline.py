@@ -16,6 +16,7 @@ from . import op as fused_op
 from .passes.fold_bn import FoldBatchNorm
 from .passes.fuse import FuseConvBiasAct
 from .passes.layout import ConvertLayoutNHWC
+from .errors import UserError
 from .sizes import check_tensor_sizes
 from .spec import KernelSpec
 from .target import as_target
@@ -52,23 +53,28 @@ def _pass_context() -> tvm.transform.PassContext:
 
 def _as_module(mod) -> tvm.IRModule:
     if isinstance(mod, relay.Function):
+        _require_no_free_vars(mod)
         return tvm.IRModule.from_expr(mod)
     if not isinstance(mod, tvm.IRModule) or "main" not in [gv.name_hint for gv in mod.functions]:
-        raise TypeError(f"tvm_fuse: expected a Relay IRModule with a 'main' function, got {mod!r}")
+        raise UserError(f"tvm_fuse: expected a Relay IRModule with a 'main' function, got {mod!r}")
     return mod
+
+
+def _require_no_free_vars(main: relay.Function) -> None:
+    free = relay.analysis.free_vars(main)
+    if free:
+        names = ", ".join(v.name_hint for v in free)
+        raise UserError(
+            f"tvm_fuse: 'main' uses free variables that are neither function inputs nor "
+            f"params: {names}. Add them to the function's parameters or bind them."
+        )
 
 
 def bind_params(mod: tvm.IRModule, params) -> tvm.IRModule:
     """``mod`` with ``params`` bound as constants in ``main``; unknown names are an error."""
     mod = _as_module(mod)
     main = mod["main"]
-    free = relay.analysis.free_vars(main)
-    if free:
-        names = ", ".join(v.name_hint for v in free)
-        raise ValueError(
-            f"tvm_fuse: 'main' uses free variables that are neither function inputs nor "
-            f"params: {names}. Add them to the function's parameters or bind them."
-        )
+    _require_no_free_vars(main)
     if not params:
         return mod
     inputs = {p.name_hint for p in main.params}
@@ -115,7 +121,7 @@ def _require_static_inputs(mod: tvm.IRModule) -> None:
         shape = param.checked_type.shape
         if not all(isinstance(d, tvm.tir.IntImm) for d in shape):
             dims = ", ".join(str(d) if isinstance(d, tvm.tir.IntImm) else "?" for d in shape)
-            raise ValueError(
+            raise UserError(
                 f"tvm_fuse.build: input {param.name_hint!r} has a dynamic shape ({dims}); "
                 "relay.build's graph executor needs static shapes. Give static input shapes, "
                 "or compile tvm_fuse.optimize(mod, params) with relay.vm.compile."

@@ -40,7 +40,7 @@ def as_target(target, spelled: str = "target=") -> tvm.target.Target:
     hint = _Hint(spelled)
     kind = text.split(" ", 1)[0]
     if kind not in tvm.target.Target.list_kinds():
-        raise UserError(f"unknown target {text!r}: TVM has no target kind {kind!r}; {hint}")
+        raise UserError(f"invalid target {text!r}: TVM has no target kind {kind!r}; {hint}")
     try:
         parsed = target if isinstance(target, tvm.target.Target) else tvm.target.Target(text)
     except (tvm.TVMError, ValueError) as err:

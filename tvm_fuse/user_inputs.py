@@ -7,9 +7,10 @@ compile`` see the same Relay module). Refused: a missing file, a file that is no
 external data that lies outside the model's folder (``..``, an absolute path, a symlink out) or
 cannot be read (checked before any of it is loaded: a crafted model could otherwise copy any
 readable file into the package), input shapes for inputs the model does not have or that do not
-type-check, inputs left with a dynamic shape, tensors too large to index or to fit in memory (``sizes``), a bad target
-(``target.as_target``), an output path that cannot be written or that holds the model or a file
-that is not a tvmc package (unless forced), a tuning log path that would destroy a file.
+type-check, inputs left with a dynamic shape, tensors too large to index or to fit in memory
+(``sizes``), a bad target (``target.as_target``), an output path that cannot be written or that
+holds the model or a file that is not a tvmc package (unless forced), a tuning log path that
+would destroy a file.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from . import interrupts
 from .errors import UserError
 from .sizes import check_shape, check_tensor_sizes
 from .target import as_target
-from .tuning.records import RecordsError, read_records
+from .tuning.records import check_log_path
 
 # -- the model -------------------------------------------------------------------------------
 def read_onnx(path) -> onnx.ModelProto:
@@ -180,10 +181,10 @@ def check_target(text: str | None) -> tvm.target.Target:
 PACKAGE_MEMBERS = {"mod.so", "mod.json", "mod.params"}
 
 
-def check_output(output, model, force: bool = False) -> Path:
+def check_output(output, model, force: bool | None = False) -> Path:
     """``output`` if writing the package there destroys nothing: it is not the model itself
     (also through a symlink or hard link), and an existing file there is a tvmc package (or
-    ``force``); else a UserError."""
+    ``force``; None: the command has no --force); else a UserError."""
     output, model = Path(output), Path(model)
     if output.is_dir():
         raise UserError(f"{output}: is a directory; give -o a file name such as model.tar")
@@ -193,47 +194,20 @@ def check_output(output, model, force: bool = False) -> Path:
             f"{model.stem}-tvm_fuse.tar"
         )
     if output.exists() and not force and not is_tvmc_package(output):
+        fix = "remove it first" if force is None else "add --force to replace it"
         raise UserError(
-            f"{output}: exists and is not a tvmc package; give -o another path, or add --force "
-            "to replace it"
+            f"{output}: exists and is not a tvmc package; give -o another path, or {fix}"
         )
     return output
 
 
 def check_log(log, model) -> Path:
-    """``log``, a tuning log that ``tune`` may append to: not a directory or the model, an
-    existing file there is an AutoTVM log, and its folder can be written; else a UserError."""
+    """``log``, a tuning log that ``tune`` may append to (``records.check_log_path``) and not the
+    model itself; else a UserError."""
     log, model = Path(log), Path(model)
-    if log.is_dir():
-        raise UserError(f"{log}: is a directory; give --log a file name such as model.log")
     if log.exists() and model.exists() and os.path.samefile(log, model):
         raise UserError(f"{log}: is the model itself; give --log another path such as model.log")
-    if log.exists() and log.stat().st_size:
-        try:
-            read_records(log)
-        except RecordsError as err:
-            raise UserError(
-                f"{err}; tuning appends to --log, so give a new file or an AutoTVM log"
-            ) from None
-    _require_writable_folder(log, "--log")
-    return log
-
-
-def _require_writable_folder(path: Path, flag: str) -> None:
-    """The nearest existing folder of ``path`` takes a new file (tried, not guessed: root may
-    write everywhere except where the file system says no)."""
-    folder = path.absolute().parent
-    while not folder.exists():
-        folder = folder.parent
-    try:
-        if not folder.is_dir():
-            raise NotADirectoryError(f"{folder} is not a folder")
-        tempfile.TemporaryFile(dir=folder).close()
-    except OSError as err:
-        reason = err.strerror or str(err)
-        raise UserError(
-            f"{path}: cannot write there ({folder}: {reason}); choose a writable {flag} path"
-        ) from None
+    return check_log_path(log, "--log")
 
 
 def is_tvmc_package(path) -> bool:

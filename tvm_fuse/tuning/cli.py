@@ -41,6 +41,8 @@ def run(args, _extra=None) -> int:
 
     if args.trials < 1:
         raise UserError(f"--trials {args.trials}: give at least 1 measurement per kernel")
+    if not args.timeout > 0:
+        raise UserError(f"--timeout {args.timeout}: give the seconds a measurement may take")
     package.quiet_tvm_loggers()
     target = user_inputs.check_target(args.target)
     user_inputs.check_log(args.log, args.model)

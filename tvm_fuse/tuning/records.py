@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import tempfile
 from pathlib import Path
 
 from tvm import autotvm
 
+from ..errors import UserError
 from ..schedules.conv2d_nhwc_fused import NAME as FUSED_TASK
 from ..target import as_target
 
@@ -32,7 +34,7 @@ from ..target import as_target
 TARGET_ATTRS = ("mcpu", "mtriple")
 
 
-class RecordsError(ValueError):
+class RecordsError(UserError):
     """A tuning log that cannot be applied; ``str()`` names the file, line and reason."""
 
 
@@ -47,10 +49,13 @@ def _numbered_records(path) -> list:
     if not path.is_file():
         raise RecordsError(f"{path}: tuning records file does not exist")
     records = []
-    with open(path, encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            if line.strip():
-                records.append((number, _decode(path, number, line)))
+    try:
+        with open(path, encoding="utf-8") as lines:
+            for number, line in enumerate(lines, 1):
+                if line.strip():
+                    records.append((number, _decode(path, number, line)))
+    except UnicodeDecodeError:
+        raise RecordsError(f"{path}: not a text file, so not a tuning log") from None
     if not records:
         raise RecordsError(f"{path}: no tuning records in the file; run 'tvm-fuse tune' first")
     return records
@@ -136,6 +141,40 @@ def check_records(path, target=None) -> list:
             "ops; tune this model with 'tvm-fuse tune'"
         )
     return [record for _, record in numbered]
+
+
+def check_log_path(log, spelled: str = "log_file=") -> Path:
+    """``log``, a path ``tune`` may append records to: not a directory, an existing file there
+    is an AutoTVM log, its folder can be written; else a RecordsError naming ``spelled``."""
+    log = Path(log)
+    if log.is_dir():
+        raise RecordsError(f"{log}: is a directory; give {spelled} a file name such as model.log")
+    if log.exists() and log.stat().st_size:
+        try:
+            read_records(log)
+        except RecordsError as err:
+            raise RecordsError(
+                f"{err}; tuning appends to {spelled}, so give a new file or an AutoTVM log"
+            ) from None
+    _require_writable_folder(log, spelled)
+    return log
+
+
+def _require_writable_folder(path: Path, spelled: str) -> None:
+    """The nearest existing folder of ``path`` takes a new file (tried, not guessed: root may
+    write everywhere except where the file system says no)."""
+    folder = path.absolute().parent
+    while not folder.exists():
+        folder = folder.parent
+    try:
+        if not folder.is_dir():
+            raise NotADirectoryError(f"{folder} is not a folder")
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as err:
+        reason = err.strerror or str(err)
+        raise RecordsError(
+            f"{path}: cannot write there ({folder}: {reason}); choose a writable {spelled} path"
+        ) from None
 
 
 @contextlib.contextmanager
