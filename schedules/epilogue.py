@@ -3,6 +3,11 @@
 Shared by every implementation of the fused op, so that the generic fallback and the fast
 schedule compute exactly the same function. Each step is element-wise, so a schedule can inline
 it into the store of the accumulator (it stays in registers).
+
+Each activation is the very expression TOPI computes for the op it replaces, so NaN and ±Inf
+come out as stock TVM gives them: ``relu`` is ``max(x, 0)`` (NaN -> 0), ``relu6`` is TOPI's
+``clip``, ``max(min(x, 6), 0)`` (NaN -> 6; the other order gives 0), ``leaky_relu`` a select on
+``x > 0`` (NaN stays NaN), ``sigmoid`` TE's intrinsic, ``silu`` Relay's ``x * sigmoid(x)``.
 """
 
 from tvm import te, tir, topi
@@ -14,7 +19,7 @@ def _activate(x, activation: str, alpha: float):
     if activation == "relu":
         return te.max(x, te.const(0, x.dtype))
     if activation == "relu6":
-        return te.min(te.max(x, te.const(0, x.dtype)), te.const(6, x.dtype))
+        return te.max(te.min(x, te.const(6, x.dtype)), te.const(0, x.dtype))
     if activation == "leaky_relu":
         return tir.Select(x > te.const(0, x.dtype), x, x * te.const(alpha, x.dtype))
     if activation == "sigmoid":

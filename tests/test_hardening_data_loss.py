@@ -15,8 +15,11 @@ import tarfile
 import time
 
 import pytest
+from test_tune import small_layer
 
+import tvm_fuse
 from tvm_fuse import cli, onnx_example, user_inputs
+from tvm_fuse.errors import UserError
 
 #: A loaded 2-core machine can take this long to import TVM and start a build.
 PATIENCE = 240.0
@@ -165,3 +168,26 @@ def test_ctrl_c_while_tvm_imports_is_one_line(model, tmp_path):
     lines = _assert_clean_exit(proc, signal.SIGINT, stderr, scratch_tmp, tmp_path)
     assert [line for line in lines if not PROGRESS.search(line)] == [lines[-1]], lines
     assert not (tmp_path / "out.tar").exists()
+
+
+def test_an_empty_output_name_is_refused(model, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _one_error_line(capsys, _main("compile", model, "-o", ""), "is a directory")
+    assert not list(tmp_path.glob("*.tar"))
+
+
+@pytest.mark.parametrize("target", ["MODEL", "NOTES"])
+def test_tvmc_compile_never_overwrites_the_model_or_another_file(model, tmp_path, capsys, target):
+    out = model if target == "MODEL" else tmp_path / "notes.txt"
+    if target == "NOTES":
+        out.write_text("my notes\n")
+    before = open(out, "rb").read()
+    code = _main("tvmc", "compile", "--target", "tvm_fuse, llvm", "-o", out, model)
+    _one_error_line(capsys, code, str(out))
+    assert open(out, "rb").read() == before
+
+
+def test_api_tune_refuses_a_log_that_is_a_folder_before_tuning(tmp_path):
+    mod, params = small_layer()
+    with pytest.raises(UserError, match="is a directory; give log_file="):
+        tvm_fuse.tune(mod, params, log_file=tmp_path, n_trial=1)

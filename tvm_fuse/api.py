@@ -19,12 +19,14 @@ from . import dispatch
 from . import op as fused_op
 from .ir_utils import relay_functions
 from .memory.apply import apply_to_factory, check_mode as check_memory_mode
-from .params import BindParams, WarnComputedWeights, bind_main
+from .errors import UserError
+from .params import BindParams, WarnComputedWeights, bind_main, require_no_free_vars
 from .passes.bias import FlattenChannelBias
 from .passes.fold_bn import FoldBatchNorm
 from .passes.fuse import FuseConvBiasAct
 from .passes.layout import ConvertLayoutNHWC
 from .passes.pack import PackWeights
+from .sizes import check_tensor_sizes
 from .spec import KernelSpec
 from .target import as_target
 
@@ -79,9 +81,10 @@ def _pass_context() -> tvm.transform.PassContext:
 
 def _as_module(mod) -> tvm.IRModule:
     if isinstance(mod, relay.Function):
+        require_no_free_vars(mod)
         return tvm.IRModule.from_expr(mod)
     if not isinstance(mod, tvm.IRModule) or "main" not in [gv.name_hint for gv in mod.functions]:
-        raise TypeError(f"tvm_fuse: expected a Relay IRModule with a 'main' function, got {mod!r}")
+        raise UserError(f"tvm_fuse: expected a Relay IRModule with a 'main' function, got {mod!r}")
     return mod
 
 
@@ -114,6 +117,7 @@ def build(mod, params=None, target=None, tuning_records=None, memory="plan", **k
     records = dispatch.checked_records(tuning_records, target)
     mod = optimize(mod, params, target)
     _require_static_inputs(mod)
+    check_tensor_sizes(mod, "tvm_fuse.build")
     with _pass_context(), dispatch.build_context(records):
         return apply_to_factory(relay.build(mod, target=target, **kwargs), memory)
 
@@ -125,7 +129,7 @@ def _require_static_inputs(mod: tvm.IRModule) -> None:
         shape = param.checked_type.shape
         if not all(isinstance(d, tvm.tir.IntImm) for d in shape):
             dims = ", ".join(str(d) if isinstance(d, tvm.tir.IntImm) else "?" for d in shape)
-            raise ValueError(
+            raise UserError(
                 f"tvm_fuse.build: input {param.name_hint!r} has a dynamic shape ({dims}); "
                 "relay.build's graph executor needs static shapes. Give static input shapes, "
                 "or compile tvm_fuse.optimize(mod, params) with relay.vm.compile."

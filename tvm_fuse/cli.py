@@ -125,12 +125,43 @@ def _bench(args, extra) -> int:
 
 
 def _tvmc(argv) -> int:
-    from . import tvmc, user_inputs  # pylint: disable=import-outside-toplevel
+    """Stock tvmc, after the checks it lacks: the composite target's llvm part (the shared
+    target check), ONNX external data, an ``-o`` that would overwrite the model or a file that
+    is not a tvmc package (stock tvmc overwrites anything)."""
+    from . import target, tvmc, user_inputs  # pylint: disable=import-outside-toplevel
 
-    for arg in argv:  # tvmc's ONNX loader reads external data wherever the model points
-        if arg.lower().endswith(".onnx") and Path(arg).is_file():
-            user_inputs.read_onnx(arg)
+    flags = _tvmc_flags(argv)
+    if flags.get("--target", "").replace(" ", "").startswith(target.COMPOSITE_PREFIX):
+        target.as_target(flags["--target"], spelled="--target ")
+    for index, arg in enumerate(argv):
+        if index in flags.values_at or not Path(arg).is_file():
+            continue
+        if arg.lower().endswith(".onnx"):
+            user_inputs.read_onnx(arg)  # tvmc's loader reads external data wherever it points
+        if argv[:1] == ["compile"] and "--output" in flags:
+            user_inputs.check_output(flags["--output"], arg, force=None)
     return tvmc.main(argv)
+
+
+class _Flags(dict):
+    """Flag -> value of a tvmc command line, and the indices the values sit at."""
+
+    values_at: set
+
+
+def _tvmc_flags(argv) -> _Flags:
+    """``--target`` and ``--output`` (also ``-o``, ``--flag=value``) of a tvmc command line."""
+    names = {"-o": "--output", "--output": "--output", "--target": "--target"}
+    flags = _Flags()
+    flags.values_at = set()
+    for index, arg in enumerate(argv):
+        name, sep, value = arg.partition("=")
+        if name in names and sep:
+            flags[names[name]] = value
+        elif arg in names and index + 1 < len(argv):
+            flags[names[arg]] = argv[index + 1]
+            flags.values_at.add(index + 1)
+    return flags
 
 
 # -- the parser ------------------------------------------------------------------------------

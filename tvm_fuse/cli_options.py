@@ -1,8 +1,8 @@
 """Command-line options shared by the ``tvm-fuse`` subcommands, spelled as tvmc spells them.
 
 Where it sits: under ``cli`` and ``tuning.cli``, which build their parsers from it. It imports
-no TVM (``tvm-fuse --help`` must answer at once): the input-shape parser is tvmc's own, loaded
-when a value is parsed. ``-v`` follows tvmc: each one lets more of TVM's log through.
+no TVM (``tvm-fuse --help`` must answer at once); ``--input-shapes`` is parsed whole by
+``shape_text``. ``-v`` follows tvmc: each one lets more of TVM's log through.
 """
 
 from __future__ import annotations
@@ -10,13 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-
-def input_shapes(text: str) -> dict:
-    """``--input-shapes`` in tvmc's syntax, parsed by tvmc (an argparse error when malformed)."""
-    # pylint: disable-next=import-outside-toplevel  (imports TVM: only when the flag is given)
-    from tvm.driver.tvmc.shape_parser import parse_shape_string
-
-    return parse_shape_string(text)
+from .shape_text import parse_input_shapes
 
 
 def add_model_options(command: argparse.ArgumentParser, quiet: bool = True) -> None:
@@ -29,7 +23,7 @@ def add_model_options(command: argparse.ArgumentParser, quiet: bool = True) -> N
     )
     command.add_argument(
         "--input-shapes",
-        type=input_shapes,
+        type=parse_input_shapes,
         help='static input shapes, tvmc syntax: "data:[1,3,224,224] other:[1,10]"',
     )
     if quiet:

@@ -30,16 +30,21 @@ from .errors import UserError
 FOLD_CONSTANT_OPT_LEVEL = 2
 
 
-def bind_main(mod: tvm.IRModule, params) -> tvm.IRModule:
-    """``mod`` with the ``params`` that name inputs of ``main`` bound as constants."""
-    main = mod["main"]
+def require_no_free_vars(main: relay.Function) -> None:
+    """A UserError naming the free variables of ``main`` (TVM's own check is a traceback)."""
     free = relay.analysis.free_vars(main)
     if free:
         names = ", ".join(v.name_hint for v in free)
-        raise ValueError(
+        raise UserError(
             f"tvm_fuse: 'main' uses free variables that are neither function inputs nor "
             f"params: {names}. Add them to the function's parameters or bind them."
         )
+
+
+def bind_main(mod: tvm.IRModule, params) -> tvm.IRModule:
+    """``mod`` with the ``params`` that name inputs of ``main`` bound as constants."""
+    main = mod["main"]
+    require_no_free_vars(main)
     if not params:
         return mod
     inputs = {p.name_hint: p for p in relay.transform.InferType()(mod)["main"].params}

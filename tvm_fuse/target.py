@@ -1,7 +1,14 @@
-"""The host target: LLVM for this very CPU, never ``generic`` by accident.
+"""The build target: the host's CPU by default, and one check for every target a user names.
 
-``llvm -mcpu=native`` silently becomes ``-mcpu=generic`` (no AVX) with TVM 0.19's LLVM, so the CPU
-name is asked of LLVM itself. Every tvm_fuse entry point uses this unless told otherwise.
+``llvm -mcpu=native`` silently becomes ``-mcpu=generic`` (no AVX) with TVM 0.19's LLVM, so the
+host's CPU name is asked of LLVM itself. :func:`as_target` is the one check that the Python API
+(``build``, ``tune``, ``explain``) and the command line share. Refused, with a
+:class:`~tvm_fuse.errors.UserError` naming the target: a string TVM does not parse, a target kind
+other than ``llvm`` (tvm_fuse compiles for CPUs), an ``-mcpu`` LLVM does not know (LLVM would fall
+back to ``generic`` without a word), an ``-mtriple`` of another CPU family than this machine's
+(the package is linked by the host's compiler, which cannot link a foreign object file).
+A leading ``tvm_fuse,`` (the tvmc composite-target spelling) is accepted and dropped, and
+``-mcpu=native`` is resolved to the host's CPU name (:func:`resolve_native`).
 """
 
 from __future__ import annotations
@@ -10,6 +17,10 @@ import os
 import re
 
 import tvm
+
+from .errors import UserError
+
+COMPOSITE_PREFIX = "tvm_fuse,"
 
 
 def host_target() -> tvm.target.Target:
@@ -26,17 +37,70 @@ def resolve_native(text: str) -> str:
     return re.sub(r"-mcpu=native(?![\w-])", f"-mcpu={cpu}", text)
 
 
-def as_target(target) -> tvm.target.Target:
-    """``target`` (None, a string or a Target) as a Target, with a clear error when it is bad;
-    ``-mcpu=native`` becomes this CPU."""
+def as_target(target, spelled: str = "target=") -> tvm.target.Target:
+    """``target`` (None: the host; a string or a Target) as a checked llvm Target for this
+    machine's CPU family; ``spelled`` is how the hint names the option (``"--target "``)."""
     if target is None:
         return host_target()
-    if isinstance(target, tvm.target.Target):
-        if str(target.attrs.get("mcpu", "")) != "native":
-            return target
+    if isinstance(target, tvm.target.Target) and str(target.attrs.get("mcpu", "")) == "native":
         target = str(target)
+    text = resolve_native(str(target).strip())
+    if text.replace(" ", "").startswith(COMPOSITE_PREFIX):
+        text = text.split(",", 1)[1].strip()
+    hint = _Hint(spelled)
+    kind = text.split(" ", 1)[0]
+    if kind not in tvm.target.Target.list_kinds():
+        raise UserError(f"invalid target {text!r}: TVM has no target kind {kind!r}; {hint}")
     try:
-        return tvm.target.Target(resolve_native(target))
+        parsed = target if isinstance(target, tvm.target.Target) else tvm.target.Target(text)
     except (tvm.TVMError, ValueError) as err:
-        reason = str(err).strip().splitlines()[-1]
-        raise ValueError(f"tvm_fuse: invalid target {target!r}: {reason}") from None
+        raise UserError(f"invalid target {text!r} ({_target_reason(err)}); {hint}") from None
+    if parsed.kind.name != "llvm":
+        raise UserError(f"target {text!r}: tvm-fuse compiles for CPUs (llvm targets); {hint}")
+    _check_triple(text, parsed, hint)
+    cpu = str(parsed.attrs.get("mcpu", ""))
+    if cpu and cpu not in _known_cpus(parsed):
+        raise UserError(f"target {text!r}: LLVM does not know the CPU {cpu!r}; {hint}")
+    return parsed
+
+
+class _Hint:
+    """``e.g. --target "llvm -mcpu=znver3"``, worked out only when an error prints it."""
+
+    def __init__(self, spelled: str):
+        self.spelled = spelled
+
+    def __str__(self) -> str:
+        return f'e.g. {self.spelled}"{_plain(host_target())}"'
+
+
+def _arch(triple: str) -> str:
+    return triple.split("-", 1)[0]
+
+
+def _check_triple(text: str, target, hint: str) -> None:
+    triple = str(target.attrs.get("mtriple", ""))
+    host = tvm.target.codegen.llvm_get_system_triple()
+    if triple and _arch(triple) != _arch(host):
+        raise UserError(
+            f"target {text!r}: cross-compiling for {_arch(triple)} is not supported (the package "
+            f"is linked for this {_arch(host)} machine); build on that machine, or "
+            f"drop -mtriple; {hint}"
+        )
+
+
+def _target_reason(err) -> str:
+    """TVM's reason, without its exception-class prefix and "Target creation ... failed"."""
+    last = (str(err).strip().splitlines() or [type(err).__name__])[-1]
+    return last.split(": ", 1)[-1].split(". Target creation", 1)[0]
+
+
+def _known_cpus(target) -> list[str]:
+    triple = target.attrs.get("mtriple", "")
+    probe = tvm.target.Target(f"llvm -mtriple={triple}" if triple else "llvm")
+    return list(tvm.target.codegen.llvm_get_cpu_archlist(probe))
+
+
+def _plain(target) -> str:
+    """The target as a user writes it (without the default ``-keys=cpu``)."""
+    return " ".join(part for part in str(target).split() if part != "-keys=cpu")

@@ -5,11 +5,12 @@ file, input or target and what to do, before any long work starts.
 The model is loaded by tvmc's own ``frontends.load_model`` (so ``tvm-fuse compile`` and ``tvmc
 compile`` see the same Relay module). Refused: a missing file, a file that is not an ONNX model,
 external data that lies outside the model's folder (``..``, an absolute path, a symlink out) or
-cannot be read -- checked before any of it is loaded, since a crafted model could otherwise copy
-any readable file into the package --,
-input shapes for inputs the model does not have or that do not type-check, inputs left with a
-dynamic shape, a target string TVM does not parse, a non-llvm target, an ``-mcpu`` LLVM does not
-know (LLVM would silently fall back to ``generic``: no AVX), an output path that cannot be written.
+cannot be read (checked before any of it is loaded: a crafted model could otherwise copy any
+readable file into the package), input shapes for inputs the model does not have or that do not
+type-check, inputs left with a dynamic shape, tensors too large to index or to fit in memory
+(``sizes``), a bad target (``target.as_target``), an output path that cannot be written or that
+holds the model or a file that is not a tvmc package (unless forced), a tuning log path that
+would destroy a file.
 """
 
 from __future__ import annotations
@@ -30,11 +31,9 @@ from tvm.driver.tvmc.model import TVMCModel
 
 from . import interrupts, onnx_compat
 from .errors import UserError
-from .target import host_target, resolve_native
-from .tuning.records import RecordsError, read_records
-
-COMPOSITE_PREFIX = "tvm_fuse,"
-
+from .sizes import check_shape, check_tensor_sizes
+from .target import as_target
+from .tuning.records import check_log_path
 
 # -- the model -------------------------------------------------------------------------------
 def read_onnx(path) -> onnx.ModelProto:
@@ -112,7 +111,8 @@ def _dims(value_info):
 def check_onnx(path, input_shapes: dict | None = None) -> dict[str, list[int]]:
     """Check the model file and its input shapes before anything long starts: the input name
     -> static shape (``input_shapes`` over the model's own), or a UserError."""
-    inputs = graph_inputs(read_onnx(path))
+    model = read_onnx(path)
+    inputs = graph_inputs(model)
     unknown = sorted(set(input_shapes or {}) - set(inputs))
     if unknown:
         raise UserError(
@@ -120,9 +120,18 @@ def check_onnx(path, input_shapes: dict | None = None) -> dict[str, list[int]]:
             f"{', '.join(inputs) or 'none'}"
         )
     shapes = {**inputs, **(input_shapes or {})}
+    dtypes = _input_dtypes(model)
     for name, dims in shapes.items():
         _require_static(path, name, dims)
+        check_shape(str(path), f"input {name!r}", dims, dtypes[name])
     return shapes
+
+
+def _input_dtypes(model: onnx.ModelProto) -> dict:
+    return {
+        i.name: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)
+        for i in model.graph.input
+    }
 
 
 def _require_static(path, name: str, dims) -> None:
@@ -153,6 +162,7 @@ def load_onnx(path, input_shapes: dict | None = None) -> TVMCModel:
     for param in relay.transform.InferType()(model.mod)["main"].params:
         dims = [int(d) if isinstance(d, tvm.tir.IntImm) else None for d in param.checked_type.shape]
         _require_static(path, param.name_hint, dims)
+    check_tensor_sizes(model.mod, str(path))
     return model
 
 
@@ -160,49 +170,11 @@ def _shapes_text(shapes: dict) -> str:
     return " ".join(f"{name}:[{','.join(str(d) for d in dims)}]" for name, dims in shapes.items())
 
 
-# -- the target ------------------------------------------------------------------------------
+# -- the target ----------------------------------------------------------------------------
 def check_target(text: str | None) -> tvm.target.Target:
-    """``text`` (or the host target when None) as an llvm Target with a CPU LLVM knows.
-
-    A leading ``tvm_fuse,`` (the tvmc composite-target spelling) is accepted and dropped.
-    """
-    if text is None:
-        return host_target()
-    text = text.strip()
-    if text.replace(" ", "").startswith(COMPOSITE_PREFIX):
-        text = text.split(",", 1)[1].strip()
-    text = resolve_native(text)
-    hint = f'e.g. --target "{_plain(host_target())}"'
-    kind = text.split(" ", 1)[0]
-    if kind not in tvm.target.Target.list_kinds():
-        raise UserError(f"unknown target {text!r}: TVM has no target kind {kind!r}; {hint}")
-    try:
-        target = tvm.target.Target(text)
-    except (tvm.TVMError, ValueError) as err:
-        raise UserError(f"invalid target {text!r} ({_target_reason(err)}); {hint}") from None
-    if target.kind.name != "llvm":
-        raise UserError(f"target {text!r}: tvm-fuse compiles for CPUs (llvm targets); {hint}")
-    cpu = str(target.attrs.get("mcpu", ""))
-    if cpu and cpu not in _known_cpus(target):
-        raise UserError(f"target {text!r}: LLVM does not know the CPU {cpu!r}; {hint}")
-    return target
-
-
-def _target_reason(err) -> str:
-    """TVM's reason, without its exception-class prefix and "Target creation ... failed"."""
-    reason = _last_line(err).split(": ", 1)[-1]
-    return reason.split(". Target creation", 1)[0]
-
-
-def _known_cpus(target) -> list[str]:
-    triple = target.attrs.get("mtriple", "")
-    probe = tvm.target.Target(f"llvm -mtriple={triple}" if triple else "llvm")
-    return list(tvm.target.codegen.llvm_get_cpu_archlist(probe))
-
-
-def _plain(target) -> str:
-    """The target as a user writes it (without the default ``-keys=cpu``)."""
-    return " ".join(part for part in str(target).split() if part != "-keys=cpu")
+    """``text`` (or the host target when None) checked by ``target.as_target``, with the
+    ``--target`` flag in its hint."""
+    return as_target(text, spelled="--target ")
 
 
 # -- the output ----------------------------------------------------------------------------
@@ -210,10 +182,10 @@ def _plain(target) -> str:
 PACKAGE_MEMBERS = {"mod.so", "mod.json", "mod.params"}
 
 
-def check_output(output, model, force: bool = False) -> Path:
+def check_output(output, model, force: bool | None = False) -> Path:
     """``output`` if writing the package there destroys nothing: it is not the model itself
     (also through a symlink or hard link), and an existing file there is a tvmc package (or
-    ``force``); else a UserError."""
+    ``force``; None: the command has no --force); else a UserError."""
     output, model = Path(output), Path(model)
     if output.is_dir():
         raise UserError(f"{output}: is a directory; give -o a file name such as model.tar")
@@ -223,47 +195,20 @@ def check_output(output, model, force: bool = False) -> Path:
             f"{model.stem}-tvm_fuse.tar"
         )
     if output.exists() and not force and not is_tvmc_package(output):
+        fix = "remove it first" if force is None else "add --force to replace it"
         raise UserError(
-            f"{output}: exists and is not a tvmc package; give -o another path, or add --force "
-            "to replace it"
+            f"{output}: exists and is not a tvmc package; give -o another path, or {fix}"
         )
     return output
 
 
 def check_log(log, model) -> Path:
-    """``log``, a tuning log that ``tune`` may append to: not a directory or the model, an
-    existing file there is an AutoTVM log, and its folder can be written; else a UserError."""
+    """``log``, a tuning log that ``tune`` may append to (``records.check_log_path``) and not the
+    model itself; else a UserError."""
     log, model = Path(log), Path(model)
-    if log.is_dir():
-        raise UserError(f"{log}: is a directory; give --log a file name such as model.log")
     if log.exists() and model.exists() and os.path.samefile(log, model):
         raise UserError(f"{log}: is the model itself; give --log another path such as model.log")
-    if log.exists() and log.stat().st_size:
-        try:
-            read_records(log)
-        except RecordsError as err:
-            raise UserError(
-                f"{err}; tuning appends to --log, so give a new file or an AutoTVM log"
-            ) from None
-    _require_writable_folder(log, "--log")
-    return log
-
-
-def _require_writable_folder(path: Path, flag: str) -> None:
-    """The nearest existing folder of ``path`` takes a new file (tried, not guessed: root may
-    write everywhere except where the file system says no)."""
-    folder = path.absolute().parent
-    while not folder.exists():
-        folder = folder.parent
-    try:
-        if not folder.is_dir():
-            raise NotADirectoryError(f"{folder} is not a folder")
-        tempfile.TemporaryFile(dir=folder).close()
-    except OSError as err:
-        reason = err.strerror or str(err)
-        raise UserError(
-            f"{path}: cannot write there ({folder}: {reason}); choose a writable {flag} path"
-        ) from None
+    return check_log_path(log, "--log")
 
 
 def is_tvmc_package(path) -> bool:

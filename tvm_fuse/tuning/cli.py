@@ -55,6 +55,8 @@ def run(args, _extra=None) -> int:
     if args.trials < 1:
         raise UserError(f"--trials {args.trials}: give at least 1 measurement per kernel")
     _check_flags(args)
+    if not args.timeout > 0:
+        raise UserError(f"--timeout {args.timeout}: give the seconds a measurement may take")
     apply_verbosity(args, package.QUIET_LOGGERS)
     target = user_inputs.check_target(args.target)
     user_inputs.check_log(args.log, args.model)

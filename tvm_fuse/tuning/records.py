@@ -8,7 +8,9 @@ and the reason, never a half-applied log. Refused:
 - a *foreign* log: a record tuned for another target -- a different target kind, ``-mcpu`` or
   ``-mtriple`` than the build's (``-num-cores`` and other flags may differ) -- or a log with no
   record of the fused kernel at all (a log of other ops only);
-- a *stale* record of the fused kernel: its knobs are not the template's current knobs.
+- a *stale* record of the fused kernel: its knobs are not the template's current knobs, or a
+  knob's value is not one of the template's choices for that workload (e.g. ``owb=0``, which
+  would fail deep inside the schedule).
 
 Accepted and ignored by the build: records of the fused kernel for workloads the model does not
 have (the analytic default is used for kernels without a record), records of other ops
@@ -18,11 +20,13 @@ have (the analytic default is used for kernels without a record), records of oth
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 from tvm import autotvm
 
 from .. import dispatch
+from ..errors import UserError
 from ..schedules.conv2d_nhwc_fused import NAME as FUSED_TASK
 from ..target import as_target
 
@@ -30,7 +34,7 @@ from ..target import as_target
 TARGET_ATTRS = ("mcpu", "mtriple")
 
 
-class RecordsError(ValueError):
+class RecordsError(UserError):
     """A tuning log that cannot be applied; ``str()`` names the file, line and reason."""
 
 
@@ -45,10 +49,13 @@ def _numbered_records(path) -> list:
     if not path.is_file():
         raise RecordsError(f"{path}: tuning records file does not exist")
     records = []
-    with open(path, encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            if line.strip():
-                records.append((number, _decode(path, number, line)))
+    try:
+        with open(path, encoding="utf-8") as lines:
+            for number, line in enumerate(lines, 1):
+                if line.strip():
+                    records.append((number, _decode(path, number, line)))
+    except UnicodeDecodeError:
+        raise RecordsError(f"{path}: not a text file, so not a tuning log") from None
     if not records:
         raise RecordsError(f"{path}: no tuning records in the file; run 'tvm-fuse tune' first")
     return records
@@ -82,11 +89,13 @@ def _check_target(path, number, inp, target) -> None:
         )
 
 
-def _template_knobs(task_name, args, target, cache: dict) -> set:
+def _template_knobs(task_name, args, target, cache: dict) -> dict:
+    """Knob name -> the values (as text) the template's config space allows for ``args``."""
     key = (task_name, args)
     if key not in cache:
         task = autotvm.task.create(task_name, args, target)
-        cache[key] = set(task.config_space.space_map)
+        space = task.config_space.space_map
+        cache[key] = {name: {repr(e) for e in knob.entities} for name, knob in space.items()}
     return cache[key]
 
 
@@ -98,12 +107,19 @@ def _check_knobs(path, number, inp, target, cache) -> None:
             f"{path}: line {number}: the workload {inp.task.args} is not one of "
             f"{FUSED_TASK} ({str(err).strip().splitlines()[-1] if str(err).strip() else err})"
         ) from None
-    have = {name for name, *_ in inp.config.to_json_dict()["entity"]}
-    if have != knobs:
+    have = dict(inp.config._entity_map)  # pylint: disable=protected-access  (name -> entity)
+    if set(have) != set(knobs):
         raise RecordsError(
             f"{path}: line {number} sets the knobs {sorted(have)}, but {FUSED_TASK} now has "
             f"{sorted(knobs)}: the log was made with another version of the schedule; tune again"
         )
+    for name, entity in have.items():
+        if repr(entity) not in knobs[name]:
+            raise RecordsError(
+                f"{path}: line {number} sets {name}={entity!r}, which is not one of "
+                f"{FUSED_TASK}'s choices for this workload ({', '.join(sorted(knobs[name]))}); "
+                "the log is corrupt or was edited: tune again"
+            )
 
 
 def check_records(path, target=None) -> list:
@@ -125,6 +141,40 @@ def check_records(path, target=None) -> list:
             "ops; tune this model with 'tvm-fuse tune'"
         )
     return [record for _, record in numbered]
+
+
+def check_log_path(log, spelled: str = "log_file=") -> Path:
+    """``log``, a path ``tune`` may append records to: not a directory, an existing file there
+    is an AutoTVM log, its folder can be written; else a RecordsError naming ``spelled``."""
+    log = Path(log)
+    if log.is_dir():
+        raise RecordsError(f"{log}: is a directory; give {spelled} a file name such as model.log")
+    if log.exists() and log.stat().st_size:
+        try:
+            read_records(log)
+        except RecordsError as err:
+            raise RecordsError(
+                f"{err}; tuning appends to {spelled}, so give a new file or an AutoTVM log"
+            ) from None
+    _require_writable_folder(log, spelled)
+    return log
+
+
+def _require_writable_folder(path: Path, spelled: str) -> None:
+    """The nearest existing folder of ``path`` takes a new file (tried, not guessed: root may
+    write everywhere except where the file system says no)."""
+    folder = path.absolute().parent
+    while not folder.exists():
+        folder = folder.parent
+    try:
+        if not folder.is_dir():
+            raise NotADirectoryError(f"{folder} is not a folder")
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as err:
+        reason = err.strerror or str(err)
+        raise RecordsError(
+            f"{path}: cannot write there ({folder}: {reason}); choose a writable {spelled} path"
+        ) from None
 
 
 dispatch.set_records_checker(check_records)  # how tvm_fuse.build validates its tuning_records

@@ -14,13 +14,15 @@ import threading
 
 from tvm import autotvm, rpc
 
+from ..errors import UserError
+
 logger = logging.getLogger("tvm_fuse.tuning")
 
 #: Seconds the pre-flight check waits for the tracker.
 CHECK_TIMEOUT = 10.0
 
 
-class TrackerError(RuntimeError):
+class TrackerError(UserError):
     """The tracker cannot be reached or has no server for the key; ``str()`` says which."""
 
 
@@ -28,7 +30,7 @@ def parse_tracker(text: str) -> tuple[str, int]:
     """``"host:port"`` as ``(host, port)``; a ValueError for anything else."""
     host, sep, port = str(text).strip().rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"tracker address {text!r} is not host:port (e.g. 127.0.0.1:9190)")
+        raise UserError(f"tracker address {text!r} is not host:port (e.g. 127.0.0.1:9190)")
     return host, int(port)
 
 

@@ -25,8 +25,10 @@ from pathlib import Path
 from tvm import autotvm
 
 from ..schedules import conv2d_nhwc_fused as fast
+from ..errors import UserError
 from ..target import as_target
 from . import rpc
+from .records import check_log_path
 from .tasks import default_config_index, extract_tasks
 
 #: Tuner names -> AutoTVM tuner classes ("xgb" needs the xgboost package).
@@ -112,9 +114,9 @@ def local_runner(
     min_repeat_ms: int = MIN_REPEAT_MS,
 ) -> LoopbackRunner:
     """The default runner: this machine (RPC on 127.0.0.1 only), ``repeat`` timings of at least
-    ``number`` runs and ``min_repeat_ms`` each, with the CPU caches flushed before each repeat (a kernel inside a
-    model meets cold weights) unless ``flush_cache`` is False (a kernel timed on its own, warm,
-    as the layer benchmark does)."""
+    ``number`` runs and ``min_repeat_ms`` each, with the CPU caches flushed before each repeat
+    (a kernel inside a model meets cold weights) unless ``flush_cache`` is False (a kernel timed
+    on its own, warm, as the layer benchmark does)."""
     return LoopbackRunner(
         number=number,
         repeat=repeat,
@@ -128,11 +130,11 @@ def check_tuner(name: str | None) -> str:
     """``name`` (default :func:`default_tuner`) if it is a tuner that can run here."""
     name = name or default_tuner()
     if name not in TUNERS:
-        raise ValueError(
+        raise UserError(
             f"tvm_fuse.tune: unknown tuner {name!r}; choose one of {', '.join(TUNERS)}"
         )
     if name == "xgb" and default_tuner() != "xgb":
-        raise ValueError("tvm_fuse.tune: tuner 'xgb' needs xgboost (pip install xgboost-cpu)")
+        raise UserError("tvm_fuse.tune: tuner 'xgb' needs xgboost (pip install xgboost-cpu)")
     return name
 
 
@@ -183,10 +185,10 @@ class _Progress:
 def _runner(runner, tracker, key, timeout):
     if runner is not None:
         if tracker or key:
-            raise ValueError("tvm_fuse.tune: give either runner= or tracker= and key=, not both")
+            raise UserError("tvm_fuse.tune: give either runner= or tracker= and key=, not both")
         return runner
     if bool(tracker) != bool(key):
-        raise ValueError("tvm_fuse.tune: RPC measurement needs both tracker='host:port' and key=")
+        raise UserError("tvm_fuse.tune: RPC measurement needs both tracker='host:port' and key=")
     if tracker:
         host, port = rpc.parse_tracker(tracker)
         return rpc.rpc_runner(key, host, port, timeout=timeout, min_repeat_ms=MIN_REPEAT_MS)
@@ -269,6 +271,11 @@ def tune(
     stream
         Where progress goes (default stderr).
     """
+    if n_trial < 1:
+        raise UserError(f"tvm_fuse.tune: n_trial={n_trial}; give at least 1 measurement per kernel")
+    if not timeout > 0:
+        raise UserError(f"tvm_fuse.tune: timeout={timeout}; give a measurement's seconds")
+    check_log_path(log_file)
     target = as_target(target)
     tuner = check_tuner(tuner)
     stream = stream or sys.stderr
