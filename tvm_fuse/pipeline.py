@@ -13,6 +13,7 @@ import tvm
 from tvm import relay
 
 from . import op as fused_op
+from . import strategy  # noqa: F401  (registers the kernels the fused calls build with)
 from .passes.fold_bn import FoldBatchNorm
 from .passes.fuse import FuseConvBiasAct
 from .passes.layout import ConvertLayoutNHWC

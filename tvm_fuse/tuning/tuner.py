@@ -60,6 +60,10 @@ class TuneResult:
     records_written: int = 0
 
 
+#: How to get the default tuner's package.
+INSTALL_XGB = "pip install 'tvm_fuse[tune]'"
+
+
 def default_tuner() -> str:
     """``"xgb"`` when the xgboost package is importable, else ``"ga"``."""
     try:
@@ -102,7 +106,7 @@ def check_tuner(name: str | None) -> str:
             f"tvm_fuse.tune: unknown tuner {name!r}; choose one of {', '.join(TUNERS)}"
         )
     if name == "xgb" and default_tuner() != "xgb":
-        raise ValueError("tvm_fuse.tune: tuner 'xgb' needs xgboost (pip install xgboost-cpu)")
+        raise ValueError(f"tvm_fuse.tune: tuner 'xgb' needs xgboost ({INSTALL_XGB})")
     return name
 
 
@@ -240,6 +244,7 @@ def tune(
         Where progress goes (default stderr).
     """
     target = as_target(target)
+    hint = "" if tuner or default_tuner() == "xgb" else f"; {INSTALL_XGB} for the xgb tuner"
     tuner = check_tuner(tuner)
     stream = stream or sys.stderr
     runner = _runner(runner, tracker, key, timeout)
@@ -250,7 +255,7 @@ def tune(
     result = TuneResult(str(log_file), [])
     Path(log_file).parent.mkdir(parents=True, exist_ok=True)
     stream.write(
-        f"tuning {len(tasks)} fused kernels ({tuner}, {n_trial} trials each) -> {log_file}\n"
+        f"tuning {len(tasks)} fused kernels ({tuner}, {n_trial} trials each) -> {log_file}{hint}\n"
     )
     session = _Session(tuner, n_trial, measure, result, list(callbacks), stream, len(tasks))
     try:
