@@ -17,6 +17,7 @@ from tvm import relay
 
 from . import dispatch
 from . import op as fused_op
+from . import strategy  # noqa: F401  (registers the kernels the fused calls build with)
 from .ir_utils import relay_functions
 from .memory.apply import apply_to_factory, check_mode as check_memory_mode
 from .errors import UserError

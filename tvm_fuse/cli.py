@@ -208,7 +208,7 @@ def parser() -> argparse.ArgumentParser:
         help=f"what to run (all: {' and '.join(ALL)})",
     )
     bench.add_argument(
-        "--quick", action="store_true", help="a short subset, few repeats (under 2 minutes)"
+        "--quick", action="store_true", help="a short subset of each suite, few repeats"
     )
     bench.add_argument(
         "--results",

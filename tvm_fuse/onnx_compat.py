@@ -1,4 +1,4 @@
-"""``onnx.mapping`` for onnx >= 1.19, which removed it and which TVM 0.19's ONNX importer still reads.
+"""``onnx.mapping`` for onnx >= 1.19, which removed it while TVM 0.19's ONNX importer reads it.
 
 TVM 0.19 reads ``onnx.mapping.TENSOR_TYPE_TO_NP_TYPE`` to type every ONNX tensor (the Relay
 importer) and ``NP_TYPE_TO_TENSOR_TYPE`` to write ONNX (``tvm.contrib.target.onnx``); without

@@ -94,6 +94,4 @@ def _check_flags(args) -> None:
             "(--rpc-tracker HOST:PORT) and the device key (--rpc-key KEY)"
         )
     if args.tuner == "xgb" and importlib.util.find_spec("xgboost") is None:
-        raise UserError(
-            "--tuner xgb needs xgboost: pip install 'tvm_fuse[tune]' (or choose --tuner ga)"
-        )
+        raise UserError("--tuner xgb needs xgboost: pip install 'tvm_fuse[tune]' (or --tuner ga)")

@@ -66,6 +66,10 @@ class TuneResult:
     records_written: int = 0
 
 
+#: How to get the default tuner's package.
+INSTALL_XGB = "pip install 'tvm_fuse[tune]'"
+
+
 def default_tuner() -> str:
     """``"xgb"`` when the xgboost package is importable, else ``"ga"``."""
     try:
@@ -134,7 +138,7 @@ def check_tuner(name: str | None) -> str:
             f"tvm_fuse.tune: unknown tuner {name!r}; choose one of {', '.join(TUNERS)}"
         )
     if name == "xgb" and default_tuner() != "xgb":
-        raise UserError("tvm_fuse.tune: tuner 'xgb' needs xgboost (pip install xgboost-cpu)")
+        raise UserError(f"tvm_fuse.tune: tuner 'xgb' needs xgboost ({INSTALL_XGB})")
     return name
 
 
@@ -277,6 +281,7 @@ def tune(
         raise UserError(f"tvm_fuse.tune: timeout={timeout}; give a measurement's seconds")
     check_log_path(log_file)
     target = as_target(target)
+    hint = "" if tuner or default_tuner() == "xgb" else f"; {INSTALL_XGB} for the xgb tuner"
     tuner = check_tuner(tuner)
     stream = stream or sys.stderr
     runner = _runner(runner, tracker, key, timeout)
@@ -287,7 +292,7 @@ def tune(
     result = TuneResult(str(log_file), [])
     Path(log_file).parent.mkdir(parents=True, exist_ok=True)
     stream.write(
-        f"tuning {len(tasks)} fused kernels ({tuner}, {n_trial} trials each) -> {log_file}\n"
+        f"tuning {len(tasks)} fused kernels ({tuner}, {n_trial} trials each) -> {log_file}{hint}\n"
     )
     session = _Session(tuner, n_trial, measure, result, list(callbacks), stream, len(tasks))
     try:
