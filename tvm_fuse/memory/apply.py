@@ -43,8 +43,13 @@ class Applied:
     reason: str = ""  # why TVM's assignment was kept
 
     @property
+    def allocated_bytes(self) -> int:
+        """The activation storage the executor allocates for ``graph_json``."""
+        return self.plan_bytes if self.applied else self.tvm_bytes
+
+    @property
     def saved_bytes(self) -> int:
-        return self.tvm_bytes - self.plan_bytes if self.applied else 0
+        return self.tvm_bytes - self.allocated_bytes
 
 
 def check_mode(memory: str) -> str:
