@@ -1,5 +1,6 @@
 """TVM's own plan read from built graphs, and the report (small relay.build calls; ResNet slow)."""
 
+import io
 import json
 import math
 import re
@@ -14,6 +15,7 @@ from tvm.relay import testing
 import tvm_fuse
 from tvm_fuse import examples, memory
 from tvm_fuse.memory.graph_json import graph_liveness
+from tvm_fuse.progress import Progress
 
 
 def _residual_model():
@@ -109,9 +111,24 @@ def test_plan_of_built_graph_is_no_bigger_than_tvms(built):
 
 
 @pytest.fixture(scope="module")
-def seed_report():
+def seed_report_and_progress():
     mod, params = examples.seed_example()
-    return memory.report(mod, params, model="seed")
+    stream = io.StringIO()
+    return memory.report(mod, params, model="seed", progress=Progress(stream)), stream.getvalue()
+
+
+@pytest.fixture(scope="module")
+def seed_report(seed_report_and_progress):
+    return seed_report_and_progress[0]
+
+
+def test_report_shows_progress_while_it_builds(seed_report_and_progress):
+    lines = seed_report_and_progress[1].splitlines()
+    assert [line.split(" ...")[0] for line in lines] == [
+        "building seed with stock TVM and planning",
+        "building seed with tvm_fuse and planning",
+    ]
+    assert all(re.search(r" \d+\.\d s$", line) for line in lines)
 
 
 def test_report_of_the_seed_example(seed_report):

@@ -46,9 +46,11 @@ def main(argv=None) -> int:
 
     from tvm.relay import testing  # pylint: disable=import-outside-toplevel
 
+    from ..package import quiet_tvm_loggers  # pylint: disable=import-outside-toplevel
     from ..progress import Progress  # pylint: disable=import-outside-toplevel
     from .report import report  # pylint: disable=import-outside-toplevel
 
+    quiet_tvm_loggers()  # TVM's "not tuned" warnings would break the progress lines
     progress = Progress()
     mod, params = testing.resnet.get_workload(num_layers=MODELS[args.model], batch_size=1)
     rep = report(mod, params, model=args.model, progress=progress)

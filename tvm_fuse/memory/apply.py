@@ -111,7 +111,7 @@ def apply_to_factory(factory, memory: str = "plan"):
     """``relay.build``'s result with its graph JSON planned (``memory="tvm"``: unchanged)."""
     if check_mode(memory) == "tvm" or not isinstance(factory, GraphExecutorFactoryModule):
         return factory
-    if factory.executor["link-params"]:  # the library looks params up by their storage ids
+    if factory.executor.attrs.get("link-params", False):  # the library finds params by storage id
         return factory
     result = plan_storage(factory.get_graph_json())
     if not result.applied:
