@@ -27,11 +27,11 @@ def _rss_lines(mod, params, progress) -> list[str]:
     graphs["tvm_fuse's plan"] = plan_storage(graphs["TVM's plan"]).graph_json
     with progress.stage("running each plan in fresh processes (3 rounds)"):
         rss = peak_rss(lib, graphs)
-    lines = ["", "peak resident memory of a process running the tvm_fuse build (median of 3):"]
+    lines = ["", "resident memory of a process running the tvm_fuse build (median of 3 processes):"]
     for label, r in rss.items():
         lines.append(
-            f"  {label:<16} {r.peak / 2**20:8.1f} MiB, of it {r.run_rise / 2**20:6.2f} MiB "
-            f"added by the first run"
+            f"  {label:<16} the first run adds {r.run_rise / 2**20:6.2f} MiB; the process "
+            f"peaks at {r.peak / 2**20:.1f} MiB (while loading the library and params)"
         )
     return lines
 
