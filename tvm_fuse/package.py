@@ -24,6 +24,7 @@ from tvm.driver.tvmc.model import TVMCModel
 from . import dispatch, user_inputs
 from .errors import UserError
 from .api import describe
+from .memory.apply import apply_to_package
 from .progress import Progress
 from .spec import KernelSpec
 from .tvmc import pass_pipeline
@@ -96,6 +97,7 @@ def compile_onnx(
                 compiler.compile_model(
                     TVMCModel(optimized, {}), str(llvm), tuning_records=records, package_path=built
                 )
+            apply_to_package(built)  # tvm_fuse's memory plan, where smaller than TVM's
         with progress.stage(f"writing {output}"):
             os.replace(built, output)
     return Compiled(str(output), llvm, kernels)

@@ -43,8 +43,13 @@ class Applied:
     reason: str = ""  # why TVM's assignment was kept
 
     @property
+    def allocated_bytes(self) -> int:
+        """The activation storage the executor allocates for ``graph_json``."""
+        return self.plan_bytes if self.applied else self.tvm_bytes
+
+    @property
     def saved_bytes(self) -> int:
-        return self.tvm_bytes - self.plan_bytes if self.applied else 0
+        return self.tvm_bytes - self.allocated_bytes
 
 
 def check_mode(memory: str) -> str:
@@ -106,7 +111,7 @@ def apply_to_factory(factory, memory: str = "plan"):
     """``relay.build``'s result with its graph JSON planned (``memory="tvm"``: unchanged)."""
     if check_mode(memory) == "tvm" or not isinstance(factory, GraphExecutorFactoryModule):
         return factory
-    if factory.executor["link-params"]:  # the library looks params up by their storage ids
+    if factory.executor.attrs.get("link-params", False):  # the library finds params by storage id
         return factory
     result = plan_storage(factory.get_graph_json())
     if not result.applied:
