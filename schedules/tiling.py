@@ -231,3 +231,20 @@ def choose_tiles(
     if machine.l2_weight_model:
         _, owb, ocb = best_tile(machine, wo, co_vectors, weights_overflow_l1(machine, window * ci))
     return Tiles(owb=owb, ocb=ocb, icb=ci)
+
+
+def tiles_for(spec) -> Tiles:
+    """The model's tiles for a :class:`~tvm_fuse.spec.KernelSpec` of the fast kernel (its
+    weight packed with ``spec.lanes`` lanes; Co padded to whole vectors when ragged)."""
+    ho, wo = spec.out_hw
+    kh, kw = spec.kernel_size
+    lanes, co = spec.lanes, spec.out_channels
+    return choose_tiles(
+        machine_for(lanes),
+        wo,
+        co_vectors=-(-co // lanes),
+        ci=spec.in_channels,
+        ho=ho,
+        ragged_co=co % lanes != 0,
+        window=kh * kw,
+    )

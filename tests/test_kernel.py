@@ -17,6 +17,7 @@ from tvm.topi.testing import conv2d_nhwc_python, dilate_python
 
 import tvm_fuse
 from tvm_fuse import strategy
+from tvm_fuse.passes.pack import PackWeights
 from tvm_fuse.testing import fused_conv_call
 from tvm_fuse.schedules import conv2d_nhwc_fused as fast
 from tvm_fuse.schedules import packing
@@ -69,7 +70,7 @@ def build_fused(data, weight, bias, residual, conv, activation, alpha):
         x, relay.const(weight), relay.const(bias), r, activation=activation, alpha=alpha, **conv
     )
     params = [x] if r is None else [x, r]
-    mod = tvm.IRModule.from_expr(relay.Function(params, call))
+    mod = PackWeights(host_target())(tvm.IRModule.from_expr(relay.Function(params, call)))
     with tvm.transform.PassContext(opt_level=3):
         return relay.build(mod, target=host_target()), mod
 

@@ -1,7 +1,7 @@
-"""The meeting point: which implementation the strategy picks, and compile-time weight packing.
+"""The meeting point: which implementation the strategy picks, and the weight packing it asks for.
 
 No LLVM build here: implementations are selected with ``select_implementation`` and the packing
-is checked on the Relay module after AlterOpLayout + FoldConstant.
+is checked on the Relay module after ``PackWeights``.
 """
 
 import dataclasses
@@ -15,6 +15,7 @@ from tvm.relay.backend import te_compiler
 import tvm_fuse  # noqa: F401  (registers the op and its strategy)
 from tvm_fuse import strategy
 from tvm_fuse.op import OP_NAME, spec_attrs, spec_of_call
+from tvm_fuse.passes.pack import PackWeights
 from tvm_fuse.testing import fused_conv_call
 from tvm_fuse.schedules import conv2d_nhwc_fused, generic, packing
 from tvm_fuse.spec import KernelSpec, TensorSpec
@@ -98,18 +99,10 @@ def packed_module(co, target=None):
     weight = relay.const(tvm.nd.array(np.ones((3, 3, 16, co), "float32")))
     call = fused_conv_call(x, weight, padding=(1, 1, 1, 1))
     mod = tvm.IRModule.from_expr(relay.Function([x], call))
-    seq = tvm.transform.Sequential(
-        [
-            relay.transform.InferType(),
-            relay.transform.AlterOpLayout(),
-            relay.transform.FoldConstant(),
-        ]
-    )
-    with target or host_target(), tvm.transform.PassContext(opt_level=3):
-        return seq(mod)["main"].body
+    return PackWeights(target or host_target())(mod)["main"].body
 
 
-def test_alter_layout_packs_the_weight_constant_at_compile_time():
+def test_pack_weights_packs_the_weight_constant_at_compile_time():
     call = packed_module(co=4 * LANES)
     assert spec_of_call(call).weight.layout == packing.packed_layout(LANES)
     assert isinstance(call.args[1], relay.Constant)  # layout_transform folded away
@@ -130,7 +123,7 @@ def test_odd_co_is_padded_to_whole_vectors_and_selects_the_fast_kernel():
     assert impl.name == conv2d_nhwc_fused.NAME
 
 
-def test_alter_layout_leaves_fallback_cases_in_hwio():
+def test_pack_weights_leaves_fallback_cases_in_hwio():
     call = packed_module(co=LANES + 1, target=tvm.target.Target("llvm -mtriple=aarch64-linux-gnu"))
     assert spec_of_call(call).weight.layout == "HWIO"
     assert tuple(call.args[1].data.shape) == (3, 3, 16, LANES + 1)

@@ -129,6 +129,7 @@ class KernelSpec:
         dtype: str = "float32",
     ) -> KernelSpec:
         """The spec of a bare conv of NHWC data and an HWIO weight (no epilogue)."""
+        data_shape, weight_shape = (tuple(int(d) for d in s) for s in (data_shape, weight_shape))
         kh, kw, _, co = weight_shape
         ho, wo = conv_output_hw(data_shape[1:3], (kh, kw), strides, tuple(padding), dilation)
         return cls(
