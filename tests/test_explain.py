@@ -6,7 +6,7 @@ import tvm
 from tvm import relay
 
 from tvm_fuse import examples, explain
-from tvm_fuse.pipeline import describe, optimize
+from tvm_fuse.api import describe, optimize
 
 
 def _const(shape, dtype="float32", value=None, rng=None):

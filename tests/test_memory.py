@@ -7,7 +7,7 @@ from tvm import relay
 
 import tvm_fuse
 from tvm_fuse import examples, memory
-from tvm_fuse.pipeline import bind_params, passes
+from tvm_fuse.api import bind_params, passes
 
 F32 = 4
 

@@ -13,6 +13,7 @@ from tvm.relay import testing
 
 import tvm_fuse
 from tvm_fuse import examples, memory
+from tvm_fuse.memory import report as memory_report
 from tvm_fuse.memory.graph_json import graph_liveness
 
 
@@ -111,7 +112,7 @@ def test_plan_of_built_graph_is_no_bigger_than_tvms(built):
 @pytest.fixture(scope="module")
 def seed_report():
     mod, params = examples.seed_example()
-    return memory.report(mod, params, model="seed")
+    return memory_report.report(mod, params, model="seed")
 
 
 def test_report_of_the_seed_example(seed_report):
@@ -140,7 +141,7 @@ def test_report_column_is_what_tvm_fuse_build_builds(seed_report):
 def test_report_takes_another_optimize(seed_report):
     # Stock folding as the "after" pipeline: the second column is the stock one again.
     mod, params = examples.seed_example()
-    rep = memory.report(mod, params, optimize=memory.relay_kernels.folded_module)
+    rep = memory_report.report(mod, params, optimize=memory.relay_kernels.folded_module)
     stock, after = (asdict(c) for c in rep.columns())
     assert {**after, "label": "stock"} == stock == asdict(seed_report.stock)
 
@@ -148,7 +149,7 @@ def test_report_takes_another_optimize(seed_report):
 @pytest.mark.slow
 def test_resnet18_report_meets_the_targets():
     mod, params = testing.resnet.get_workload(num_layers=18, batch_size=1)
-    rep = memory.report(mod, params, model="resnet-18")
+    rep = memory_report.report(mod, params, model="resnet-18")
     print(rep)
     for column in rep.columns():
         assert column.plan_bytes <= column.tvm_bytes

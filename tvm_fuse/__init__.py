@@ -18,10 +18,10 @@ if interrupts.is_command_line():  # before TVM loads: Ctrl-C while it imports is
 _EXPORTS = {
     "KernelSpec": "spec",
     "TensorSpec": "spec",
-    "build": "pipeline",
-    "describe": "pipeline",
-    "optimize": "pipeline",
-    "pipeline": "pipeline",
+    "build": "api",
+    "describe": "api",
+    "optimize": "api",
+    "pipeline": "api",
     "host_target": "target",
     "tune": "tuning",
 }

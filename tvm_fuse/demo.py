@@ -15,7 +15,7 @@ from tvm import relay
 from . import examples, testing
 from .memory import graph_storage
 from .passes.layout import count_layout_transforms
-from .pipeline import bind_params, build, describe, passes
+from .api import bind_params, build, describe, passes
 from .target import host_target
 
 TOLERANCE = testing.MODEL_RTOL  # max abs error <= 1e-4 * max |reference|

@@ -23,7 +23,7 @@ from . import exit_op
 from . import op as fused_op
 from .ir_utils import count_ops, relay_functions, use_counts
 from .memory import plan
-from .pipeline import describe, optimize
+from .api import describe, optimize
 from .spec import KernelSpec
 from .strategy import fast_path_refusal
 from .target import as_target

@@ -23,7 +23,7 @@ from tvm.driver.tvmc.model import TVMCModel
 
 from . import dispatch, user_inputs
 from .errors import UserError
-from .pipeline import describe
+from .api import describe
 from .progress import Progress
 from .spec import KernelSpec
 from .tvmc import pass_pipeline

@@ -15,7 +15,7 @@ from tvm.contrib import graph_executor
 from .dispatch import build_context
 from .examples import random_inputs
 from .op import fused_call, is_fused_call, spec_of_call
-from .pipeline import build
+from .api import build
 from .schedules.conv2d_nhwc_fused import NAME as FAST_KERNEL
 from .spec import KernelSpec
 from .target import as_target

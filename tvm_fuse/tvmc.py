@@ -30,7 +30,7 @@ from tvm.driver.tvmc import main as tvmc_main
 
 from . import onnx_compat
 from .dispatch import build_context
-from .pipeline import optimize
+from .api import optimize
 
 NAME = "tvm_fuse"
 

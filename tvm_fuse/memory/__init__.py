@@ -3,7 +3,9 @@
 ``plan(mod, params)`` computes the live ranges of the tensors the graph executor's kernels write
 and places them in one arena; ``graph_storage(lib.get_graph_json())`` reads what TVM's own plan
 allocates; ``report(mod, params)`` puts both side by side, before and after the tvm_fuse
-pipeline. ``python -m tvm_fuse.memory resnet-18`` prints that report.
+pipeline. ``python -m tvm_fuse.memory resnet-18`` prints that report. The report is a tool above
+the build (which applies the plan through ``memory.apply``), so it is not imported here: use
+``tvm_fuse.memory.report.report``.
 """
 
 from .fusion import fused_away
@@ -11,15 +13,12 @@ from .graph_storage import GraphStorage, Storage, graph_storage
 from .liveness import Liveness, Tensor
 from .plan import Buffer, MemoryPlan, OverlapError, plan, plan_graph, plan_liveness
 from .relay_kernels import kernel_module, liveness
-from .report import Column, MemoryReport, report
 
 __all__ = [
     "Buffer",
-    "Column",
     "GraphStorage",
     "Liveness",
     "MemoryPlan",
-    "MemoryReport",
     "OverlapError",
     "Storage",
     "Tensor",
@@ -30,5 +29,4 @@ __all__ = [
     "plan",
     "plan_graph",
     "plan_liveness",
-    "report",
 ]

@@ -150,7 +150,7 @@ def build_column(label: str, mod, params, target) -> Column:
 
 
 def _tvm_fuse_optimize(mod, params):
-    from ..pipeline import optimize  # pylint: disable=import-outside-toplevel
+    from ..api import optimize  # pylint: disable=import-outside-toplevel
 
     return optimize(mod, params)
 

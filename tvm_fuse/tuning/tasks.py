@@ -14,7 +14,7 @@ from __future__ import annotations
 from tvm import autotvm, relay
 
 from .. import dispatch
-from ..pipeline import optimize
+from ..api import optimize
 from ..op import OP_NAME
 from ..target import as_target
 
