@@ -8,7 +8,7 @@ so the accumulators must fit the vector register file together with ``min(owb, o
 operands, and the more FMAs per load the better. On AVX2 (16 ymm) that admits 3 px x 4 vectors
 (12 accumulators + 3 broadcasts + 1 weight, no spill in the assembly), whose 4 FMAs per
 broadcast beat 6 x 2's 2: Zen 3 sustains about one broadcast per cycle against two FMAs (8 px x
-1 vector runs at 0.46 of the FMA peak), so 6 x 2 has no slack. On Zen 3, 3 x 4 is 4-14 % faster
+1 vector runs at 0.46 of the FMA peak), so 6 x 2 has no slack. On Zen 3, 3 x 4 is 4-16 % faster
 than 6 x 2 on the stem, l1, seed and 1x1 layers (interleaved A/B, 3 runs); pixels past Wo are
 computed and dropped, so a tile that divides Wo (or, for a flat tile, Ho*Wo) wastes nothing;
 and at least ``fma_in_flight`` independent accumulators keep both FMA pipes busy. The Ci
