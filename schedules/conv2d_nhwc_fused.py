@@ -102,7 +102,9 @@ def _define_knobs(cfg, spec: KernelSpec):
     rows) instead of Wo; tile_ic: the Ci split; pad_at_row: pad the input rows a parallel
     iteration reads (1) or the whole input up front (0); ic_outside: Ci blocks outside the
     Wo tiles, accumulating in a row buffer (measured slower: the tile leaves registers; not
-    used by flat tiles)."""
+    used by flat tiles); vec_outer: loop over the tile's channel vectors outside its pixels, so
+    that the broadcasts stay in registers and the weights stream (the model's choice when
+    owb < ocb)."""
     co_vectors = spec.weight.shape[spec.weight.layout.index("O")]
     cfg.define_knob("owb", list(range(1, tiling.MAX_OWB + 1)))
     cfg.define_knob("ocb", [d for d in range(1, tiling.MAX_OCB + 1) if co_vectors % d == 0])
@@ -110,6 +112,7 @@ def _define_knobs(cfg, spec: KernelSpec):
     cfg.define_split("tile_ic", spec.in_channels, num_outputs=2)
     cfg.define_knob("pad_at_row", [0, 1])
     cfg.define_knob("ic_outside", [0, 1])
+    cfg.define_knob("vec_outer", [0, 1])
     if cfg.is_fallback:
         tiles = tiling.tiles_for(spec)
         cfg["owb"] = OtherOptionEntity(tiles.owb)
@@ -118,6 +121,7 @@ def _define_knobs(cfg, spec: KernelSpec):
         cfg["tile_ic"] = SplitEntity([-1, tiles.icb])
         cfg["pad_at_row"] = OtherOptionEntity(int(not tiles.flat))
         cfg["ic_outside"] = OtherOptionEntity(0)
+        cfg["vec_outer"] = OtherOptionEntity(int(tiles.vector_outer))
 
 
 @autotvm.register_topi_compute(NAME)
@@ -223,11 +227,13 @@ def _split_out(s, out, lanes, ocb):
 
 def _schedule_register_tile(cfg, s, conv, pixels, channels, outer=()):
     """The reduction around the register tile: (Ci block, ``outer``, Kh, Kw, Ci) outside, the
-    tile's ``pixels`` x ``channels`` (vectors, lanes) unrolled and vectorized."""
+    tile's ``pixels`` x ``channels`` (vectors, lanes) unrolled and vectorized, in the operand
+    order of knob ``vec_outer``."""
     ry, rx, rc = s[conv].op.reduce_axis
     c_vec, c_lane = channels
     rc_blk, rc_in = cfg["tile_ic"].apply(s, conv, rc)
-    s[conv].reorder(rc_blk, *outer, ry, rx, rc_in, pixels, c_vec, c_lane)
+    tile = (c_vec, pixels) if cfg["vec_outer"].val else (pixels, c_vec)
+    s[conv].reorder(rc_blk, *outer, ry, rx, rc_in, *tile, c_lane)
     s[conv].unroll(pixels)
     s[conv].unroll(c_vec)
     s[conv].vectorize(c_lane)

@@ -2,8 +2,14 @@
 
 The fast schedule (``schedules.conv2d_nhwc_fused``) keeps a register tile of ``owb`` output
 pixels along Wo x ``ocb`` vectors of VL output channels as accumulators. Each reduction step
-loads ``ocb`` weight vectors and broadcasts ``owb`` input values, so the tile must fit the vector
-register file together with them, and the more FMAs per load the better; pixels past Wo are
+loads ``ocb`` weight vectors and broadcasts ``owb`` input values; the tile holds the smaller of
+the two sets in registers and streams the other through one register (``Tiles.vector_outer``),
+so the accumulators must fit the vector register file together with ``min(owb, ocb) + 1``
+operands, and the more FMAs per load the better. On AVX2 (16 ymm) that admits 3 px x 4 vectors
+(12 accumulators + 3 broadcasts + 1 weight, no spill in the assembly), whose 4 FMAs per
+broadcast beat 6 x 2's 2: Zen 3 sustains about one broadcast per cycle against two FMAs (8 px x
+1 vector runs at 0.46 of the FMA peak), so 6 x 2 has no slack. On Zen 3, 3 x 4 is 4-16 % faster
+than 6 x 2 on the stem, l1, seed and 1x1 layers (interleaved A/B, 3 runs); pixels past Wo are
 computed and dropped, so a tile that divides Wo (or, for a flat tile, Ho*Wo) wastes nothing;
 and at least ``fma_in_flight`` independent accumulators keep both FMA pipes busy. The Ci
 reduction is not split by default: inside the register tile a split only breaks the contiguous
@@ -18,9 +24,11 @@ sysfs), every weight vector streams from L2 once per tile, so a weight load cost
 accumulator, one store and one load per 28 FMAs (seen in the assembly), far less than the
 weight traffic it saves. That model picks 7 x 4 for l1/seed/l2 of the layer benchmark (5-6 %
 faster than the base model's 4 x 4 in an interleaved A/B) and leaves stem and the 1x1 layer,
-whose weights fit L1, alone (7 x 4 and 14 x 2 are 10-15 % slower there). AVX2 keeps the base
-model (measured on Zen 3), and so do flat tiles (7 x 4 is slower than the base choice on the
-14x14 map).
+whose weights fit L1, alone (7 x 4 and 14 x 2 are 10-15 % slower there). Flat tiles keep the
+base model (7 x 4 is slower than the base choice on the 14x14 map). AVX2 does not use the model:
+on Zen 3 a tile streaming its weight slice from L2 still runs near the peak (l3, 295 KB a tile)
+while a tile one register over its 16 costs spills (7 x 2: 40 % slower than 6 x 2); what it
+needs is that the slice stays within L2 (:func:`weights_fit_l2`).
 This module is plain Python: it knows nothing of TE.
 """
 
@@ -35,29 +43,47 @@ MAX_OWB = 16
 #: Most channel vectors in one register tile (oneDNN uses up to 4).
 MAX_OCB = 4
 #: How much better (relative score) a flat Ho*Wo tile must be than a Wo tile to be chosen.
-#: Measured on Zen 3 (1 and 2 threads): at 56x56 and 28x28 (score gain ~7 %) both time the
-#: same; at 14x14 (8 %) flat is ~15 % faster, at 7x7 (40 %) ~30 % faster.
+#: Measured on Zen 3 with 6 x 2 tiles (1 and 2 threads): at 56x56 and 28x28 (score gain ~7 %)
+#: both time the same; at 14x14 (8 %) flat is ~15 % faster, at 7x7 (40 %) ~30 % faster.
 FLAT_GAIN = 0.075
-#: L1 data cache the L2 weight model assumes where the host's is unknown (Zen 3/4: 32 KiB).
+#: The margin on AVX2 when the conv output fits L2 (the flat tile's second, epilogue pass then
+#: rereads it from L2), measured on Zen 3 with 3 x 4 tiles (1 thread, CPU time, interleaved):
+#: flat is 11 % faster at 14x14 (gain 6.1 %), 2.5 % faster on l2 and as fast on the stride-2
+#: seed at 28x28 (6.9 %). Larger outputs keep ``FLAT_GAIN`` (a 6 x 2 flat tile at 56x56x64,
+#: gain 7.1 %, measured 4 % slower than the Wo tile), and so do 1x1 convs, whose work per output
+#: is a ninth of a 3x3's (64->128 1x1 stride 2 at 28x28: flat 12 % slower than Wo tiles).
+AVX2_FLAT_GAIN = 0.05
+#: Caches the weight models assume where the host's are unknown (Zen 3/4: 32 KiB L1d).
 DEFAULT_L1_BYTES = 32 * 1024
+DEFAULT_L2_BYTES = 512 * 1024
 #: Cost of one weight-vector load streamed from L2, in broadcasts from L1.
 L2_WEIGHT_LOAD_COST = 3
 
 
 @functools.lru_cache(maxsize=None)
-def host_l1d_bytes() -> int:
-    """The L1 data cache of this machine's core 0 (Linux sysfs), else ``DEFAULT_L1_BYTES``.
+def host_cache_bytes(level: int, default: int) -> int:
+    """The data cache of ``level`` of this machine's core 0 (Linux sysfs), else ``default``.
 
     The model assumes it compiles for the machine it runs on, as ``tvm_fuse.host_target()``
     does; a build for another machine can tune instead."""
     for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
         try:
-            level, kind, size = ((index / f).read_text().strip() for f in ("level", "type", "size"))
+            found, kind, size = ((index / f).read_text().strip() for f in ("level", "type", "size"))
         except OSError:
             continue
-        if level == "1" and kind in ("Data", "Unified") and size.endswith("K"):
+        if found == str(level) and kind in ("Data", "Unified") and size.endswith("K"):
             return int(size[:-1]) * 1024
-    return DEFAULT_L1_BYTES
+    return default
+
+
+def host_l1d_bytes() -> int:
+    """The host's L1 data cache, else ``DEFAULT_L1_BYTES``."""
+    return host_cache_bytes(1, DEFAULT_L1_BYTES)
+
+
+def host_l2_bytes() -> int:
+    """The host's L2 cache (per core), else ``DEFAULT_L2_BYTES``."""
+    return host_cache_bytes(2, DEFAULT_L2_BYTES)
 
 
 @dataclass(frozen=True)
@@ -69,6 +95,9 @@ class Machine:
     fma_in_flight: int = 10  # FMA latency x FMA ports (4 x 2 on Zen 3/4), plus slack
     l2_weight_model: bool = False  # choose Wo tiles by the L2 weight model (AVX-512)
     l1_bytes: int = field(default_factory=host_l1d_bytes)  # L1 data cache, for that model
+    weights_fit_l2: bool = False  # keep a tile's weight slice within L2 (measured on AVX2)
+    l2_bytes: int = field(default_factory=host_l2_bytes)  # L2 cache per core, for that rule
+    flat_gain: float = FLAT_GAIN  # margin a flat tile needs over a Wo tile, output in L2
 
 
 @dataclass(frozen=True)
@@ -78,11 +107,23 @@ class Tiles:
     icb: int  # Ci block of the reduction (Ci: not split)
     flat: bool = False  # tile the flattened Ho*Wo pixel axis: tiles may span two rows
 
+    @property
+    def vector_outer(self) -> bool:
+        """Loop over the channel vectors outside the pixels: the ``owb`` broadcasts stay in
+        registers and each weight vector streams through one (fewer registers when owb < ocb)."""
+        return holds_broadcasts(self.owb, self.ocb)
+
+
+def holds_broadcasts(owb: int, ocb: int) -> bool:
+    """Whether a tile keeps its broadcasts (rather than its weight vectors) in registers."""
+    return owb < ocb
+
 
 def machine_for(lanes: int) -> Machine:
     """The x86 machine of a SIMD width: AVX-512 has 32 vector registers, AVX2/SSE 16."""
-    avx512 = lanes >= 16
-    return Machine(lanes=lanes, vregs=32 if avx512 else 16, l2_weight_model=avx512)
+    if lanes >= 16:
+        return Machine(lanes=lanes, vregs=32, l2_weight_model=True)
+    return Machine(lanes=lanes, vregs=16, weights_fit_l2=True, flat_gain=AVX2_FLAT_GAIN)
 
 
 def tile_score(machine: Machine, owb: int, ocb: int, wo: int, weight_cost: float = 1) -> float:
@@ -96,39 +137,62 @@ def tile_score(machine: Machine, owb: int, ocb: int, wo: int, weight_cost: float
 
 
 def register_tiles(
-    machine: Machine, wo: int, co_vectors: int, spills=lambda ocb: 0
+    machine: Machine, wo: int, co_vectors: int, spills=lambda ocb: 0, allowed=lambda ocb: True
 ) -> list[tuple[int, int]]:
-    """Every (owb, ocb) whose accumulators, ``ocb`` weights and one broadcast fit the registers
-    with at most ``spills(ocb)`` registers spilled."""
+    """Every (owb, ocb) whose accumulators, the operands it holds (``min(owb, ocb)``) and one
+    streamed operand fit the registers with at most ``spills(ocb)`` registers spilled, for the
+    ``allowed(ocb)`` vector counts."""
     return [
         (owb, ocb)
         for ocb in range(1, MAX_OCB + 1)
-        if co_vectors % ocb == 0
+        if co_vectors % ocb == 0 and allowed(ocb)
         for owb in range(1, min(wo, MAX_OWB) + 1)
-        if owb * ocb + ocb + 1 <= machine.vregs + spills(ocb)
+        if owb * ocb + min(owb, ocb) + 1 <= machine.vregs + spills(ocb)
     ]
 
 
 def best_tile(
-    machine: Machine, pixels: int, co_vectors: int, streams=lambda ocb: False
+    machine: Machine,
+    pixels: int,
+    co_vectors: int,
+    streams=lambda ocb: False,
+    allowed=lambda ocb: True,
 ) -> tuple[float, int, int]:
     """(score, owb, ocb) of the best register tile along a pixel axis of length ``pixels``.
 
     ``streams(ocb)``: whether a tile of ``ocb`` vectors streams its weights from L2 (the L2
     weight model); such a tile pays ``L2_WEIGHT_LOAD_COST`` per weight load and may spill one
-    register."""
+    register. ``allowed(ocb)``: the vector counts to consider."""
 
     def score(owb, ocb):
         return tile_score(machine, owb, ocb, pixels, L2_WEIGHT_LOAD_COST if streams(ocb) else 1)
 
-    tiles = register_tiles(machine, pixels, co_vectors, spills=lambda ocb: int(streams(ocb)))
+    def spills(ocb):
+        return int(streams(ocb))
+
+    tiles = register_tiles(machine, pixels, co_vectors, spills, allowed)
     return max((score(owb, ocb), owb, ocb) for owb, ocb in tiles)
+
+
+def weight_slice_bytes(machine: Machine, reduction: int, ocb: int) -> int:
+    """Bytes of one tile's weights: ``reduction`` (Kh*Kw*Ci) fp32 values x ``ocb`` vectors."""
+    return reduction * ocb * machine.lanes * 4
 
 
 def weights_overflow_l1(machine: Machine, reduction: int):
     """``streams`` for :func:`best_tile`: whether ``reduction`` (Kh*Kw*Ci) fp32 values x
     ``ocb`` vectors overflow the machine's L1 data cache."""
-    return lambda ocb: reduction * ocb * machine.lanes * 4 > machine.l1_bytes
+    return lambda ocb: weight_slice_bytes(machine, reduction, ocb) > machine.l1_bytes
+
+
+def weights_fit_l2(machine: Machine, reduction: int):
+    """``allowed`` for :func:`best_tile` where the machine keeps weight slices within L2: the
+    consecutive tiles of one channel block reread the slice, from L3 once it overflows L2
+    (AVX2, Zen 3, l4 = 512->512 at 7x7: 3 x 4 with a 590 KB slice is 10 % slower than 5 x 2's
+    295 KB). One vector always passes."""
+    if not machine.weights_fit_l2:
+        return lambda ocb: True
+    return lambda ocb: ocb == 1 or weight_slice_bytes(machine, reduction, ocb) <= machine.l2_bytes
 
 
 def choose_tiles(
@@ -144,7 +208,10 @@ def choose_tiles(
 
     Tiles run along Wo unless tiling the flattened Ho*Wo axis wastes clearly less (small maps,
     e.g. 7x7: Wo-tiles of 5 compute 10 columns for 7). The flat tile pads the whole input up
-    front, which costs about a pass over it, hence the margin ``FLAT_GAIN``. A Wo tile is then
+    front and applies the epilogue in a second pass over the conv output, hence the margin
+    ``FLAT_GAIN``, or the machine's ``flat_gain`` when that output fits L2 and the window is
+    larger than 1x1 (the pass is then cheap against the conv). Where the
+    machine says so, a tile's weight slice must fit L2 (:func:`weights_fit_l2`). A Wo tile is then
     re-chosen by the L2 weight model where the machine uses it (``window`` = Kh*Kw).
 
     ``ragged_co`` (Co not a multiple of VL, padded in the packed weight) always takes the flat
@@ -153,9 +220,13 @@ def choose_tiles(
     scalar and guarded (seen in ``tvm.lower`` for Co=20 on AVX-512); the flat tile's conv is
     its own stage over whole vectors.
     """
-    score, owb, ocb = best_tile(machine, wo, co_vectors)
-    flat_score, flat_owb, flat_ocb = best_tile(machine, ho * wo, co_vectors)
-    if ho > 1 and (ragged_co or flat_score > score * (1 + FLAT_GAIN)):
+    fits = weights_fit_l2(machine, window * ci)
+    score, owb, ocb = best_tile(machine, wo, co_vectors, allowed=fits)
+    flat_score, flat_owb, flat_ocb = best_tile(machine, ho * wo, co_vectors, allowed=fits)
+    out_bytes = ho * wo * co_vectors * machine.lanes * 4
+    cheap_pass = window > 1 and out_bytes <= machine.l2_bytes
+    margin = machine.flat_gain if cheap_pass else FLAT_GAIN
+    if ho > 1 and (ragged_co or flat_score > score * (1 + margin)):
         return Tiles(owb=flat_owb, ocb=flat_ocb, icb=ci, flat=True)
     if machine.l2_weight_model:
         _, owb, ocb = best_tile(machine, wo, co_vectors, weights_overflow_l1(machine, window * ci))

@@ -122,6 +122,7 @@ TE_CASES = {
     "s2_dil2": (2, 15, 8, 16, 3, 2, 2, (2, 2, 1, 1)),
     "map7_flat_co20": (2, 7, 24, 20, 3, 1, 1, (1, 1, 1, 1)),  # Ho*Wo tiles, Co padded in-kernel
     "rows_w24": (1, 24, 8, 16, 3, 1, 1, (1, 1, 1, 1)),  # tiles of 6 divide Wo: tiles along Wo
+    "rows_co32_w12": (1, 12, 8, 32, 3, 1, 1, (1, 1, 1, 1)),  # AVX2: 3 px x 4 vectors, vector outer
 }
 
 
