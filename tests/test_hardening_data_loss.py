@@ -15,7 +15,7 @@ import tarfile
 import time
 
 import pytest
-from test_tune import small_layer
+from tvm_fuse.examples import small_layer
 
 import tvm_fuse
 from tvm_fuse import cli, onnx_example, user_inputs

@@ -10,11 +10,12 @@ import json
 import numpy as np
 import pytest
 import tvm
-from test_tune import small_layer, write_log
+from test_tune import write_log
 from tvm import relay
 
 import tvm_fuse
 from tvm_fuse import strategy, testing
+from tvm_fuse.examples import small_layer
 from tvm_fuse.errors import UserError
 from tvm_fuse.tuning import RecordsError, check_records, extract_tasks
 
