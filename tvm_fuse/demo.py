@@ -19,7 +19,7 @@ from .passes.layout import count_layout_transforms
 from .pipeline import bind_params, build, describe, passes
 from .target import host_target
 
-TOLERANCE = 1e-4  # DESIGN.md §3: max abs error <= 1e-4 * max |reference|
+TOLERANCE = 1e-4  # docs/architecture.md: max abs error <= 1e-4 * max |reference|
 
 
 def _section(title: str) -> None:
