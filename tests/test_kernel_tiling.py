@@ -2,22 +2,15 @@
 the template's fallback config for the layer benchmark's layers."""
 
 import dataclasses
-import sys
-from pathlib import Path
 
 import pytest
 import tvm
 from tvm import autotvm, te
 
+from tvm_fuse.bench import bench_layers
 from tvm_fuse.schedules import conv2d_nhwc_fused as fast
 from tvm_fuse.schedules import packing, tiling
 from tvm_fuse.spec import KernelSpec
-
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # ``benchmarks`` is a folder of the repo, not an installed package
-    sys.path.insert(0, str(REPO))
-
-from benchmarks import bench_layers  # noqa: E402
 
 
 @pytest.mark.parametrize("lanes", [4, 8, 16])

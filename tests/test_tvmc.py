@@ -14,6 +14,7 @@ import tarfile
 
 import numpy as np
 import pytest
+import tvm
 from tvm import autotvm
 from tvm.driver import tvmc as stock_tvmc
 from tvm.driver.tvmc import composite_target, frontends
@@ -23,6 +24,7 @@ import tvm_fuse
 from tvm_fuse import cli, onnx_example
 from tvm_fuse import tvmc as fuse_tvmc
 from tvm_fuse.testing import MODEL_RTOL, fused_workloads, relative_error
+from tvm_fuse.tuning import check_records
 from tvm_fuse.schedules import conv2d_nhwc_fused
 
 TARGET = str(tvm_fuse.host_target())
@@ -147,13 +149,8 @@ def _write_records(path, workloads) -> dict:
     return chosen
 
 
-def test_tuning_records_pass_through_to_the_fused_kernels(work, monkeypatch):
-    model = frontends.load_model(work["model"])
-    workloads = fused_workloads(model.mod, model.params, target=TARGET)
-    assert len(workloads) == 2
-    records = str(work["root"] / "records.log")
-    chosen = _write_records(records, workloads)
-
+def _applied_configs(monkeypatch) -> dict:
+    """Fused-kernel workload -> config index, filled as tvmc's ``apply_history_best`` answers."""
     applied = {}
 
     class Spy(autotvm.task.ApplyHistoryBest):
@@ -164,9 +161,74 @@ def test_tuning_records_pass_through_to_the_fused_kernels(work, monkeypatch):
             return config
 
     monkeypatch.setattr(autotvm, "apply_history_best", Spy)
+    return applied
+
+
+def test_tuning_records_pass_through_to_the_fused_kernels(work, monkeypatch):
+    model = frontends.load_model(work["model"])
+    workloads = fused_workloads(model.mod, model.params, target=TARGET)
+    assert len(workloads) == 2
+    records = str(work["root"] / "records.log")
+    chosen = _write_records(records, workloads)
+
+    applied = _applied_configs(monkeypatch)
     package = str(work["root"] / "tuned.tar")
     argv = ["compile", "--target", f"tvm_fuse, {TARGET}", "--tuning-records", records]
     assert fuse_tvmc.main(argv + ["-o", package, work["model"]]) == 0
     assert {w: applied.get(w) for w in chosen} == chosen
     got = _stock_run(package, work["inputs"], str(work["root"] / "tuned_out.npz"))
     _assert_same_outputs(got, work["stock"])
+
+
+# -- tvmc tune with the composite target -------------------------------------------------------------
+def _fused_task_indices(listing: str) -> list[str]:
+    """The indices of the fused-kernel tasks in ``tvmc tune --tasks list``'s table."""
+    rows = [line.split(".", 1) for line in listing.splitlines() if conv2d_nhwc_fused.NAME in line]
+    return [index.strip() for index, _ in rows]
+
+
+def test_tvmc_tune_tunes_the_fused_kernels_and_compile_applies_the_records(
+    work, capsys, monkeypatch
+):
+    log = str(work["root"] / "tvmc_tune.log")
+    tune = ["tune", "--target", "tvm_fuse, llvm -mcpu=native", "-o", log]
+    assert not fuse_tvmc.main(tune + ["--tasks", "list", work["model"]])
+    fused = _fused_task_indices(capsys.readouterr().out)
+    assert len(fused) == 2  # conv-bn-relu and conv-bn-add-relu, besides the dense layer's
+    measure = ["--trials", "2", "--number", "1", "--repeat", "1", "--tasks", ",".join(fused)]
+    assert not fuse_tvmc.main(tune + measure + [work["model"]])
+
+    records = list(autotvm.record.load_from_file(log))
+    assert {inp.task.name for inp, _ in records} == {conv2d_nhwc_fused.NAME}
+    model = frontends.load_model(work["model"])
+    assert {inp.task.workload for inp, _ in records} == set(
+        fused_workloads(model.mod, model.params, target=TARGET)
+    )
+    assert check_records(log, TARGET)  # the same records as tvm-fuse tune's
+
+    ok = [(np.mean(r.costs), i.task.workload, i.config.index) for i, r in records if not r.error_no]
+    best = {}  # the fastest record of each workload, as apply_history_best picks it
+    for _, workload, index in sorted(ok, key=lambda measured: measured[0]):
+        best.setdefault(workload, index)
+    applied = _applied_configs(monkeypatch)
+    package = str(work["root"] / "tvmc_tuned.tar")
+    argv = ["compile", "--target", f"tvm_fuse, {TARGET}", "--tuning-records", log]
+    assert fuse_tvmc.main(argv + ["-o", package, work["model"]]) == 0
+    assert applied == best
+    got = _stock_run(package, work["inputs"], str(work["root"] / "tvmc_tuned_out.npz"))
+    _assert_same_outputs(got, work["stock"])
+
+
+def test_native_cpu_is_resolved_on_the_tvmc_path():
+    cpu = tvm.target.codegen.llvm_get_system_cpu()
+    argv = ["compile", "--target", "tvm_fuse, llvm -mcpu=native", "--target-llvm-mcpu", "native"]
+    assert fuse_tvmc.resolve_native(argv) == [
+        "compile",
+        "--target",
+        f"tvm_fuse, llvm -mcpu={cpu}",
+        "--target-llvm-mcpu",
+        cpu,
+    ]
+    assert fuse_tvmc.resolve_native(["--target=llvm -mcpu=native"]) == [
+        f"--target=llvm -mcpu={cpu}"
+    ]

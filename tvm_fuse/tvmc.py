@@ -1,33 +1,42 @@
 """tvm_fuse inside tvmc: a composite target, and tvmc with it loaded.
 
 tvmc has no flag for custom passes; its extension point is the composite-target registry
-(``tvm.driver.tvmc.composite_target.REGISTERED_CODEGEN``). :func:`register` adds
-``tvm_fuse`` to it, so that ``--target "tvm_fuse, llvm -mcpu=znver3"`` runs ``tvm_fuse.optimize``
-on the model before tvmc's own ``relay.build``. ``tvm_fuse`` is not a TVM target kind, so tvmc's
-target parser treats it as an extra target and builds everything for the ``llvm`` one: the
-pipeline does not partition the graph and there is no external codegen — the fused op is an
-ordinary Relay op whose strategy compiles it for llvm. The package tvmc writes is an ordinary
-tvmc package that the stock ``tvmc run`` runs.
+(``tvm.driver.tvmc.composite_target.REGISTERED_CODEGEN``). :func:`register` adds ``tvm_fuse`` to
+it, so that ``--target "tvm_fuse, llvm -mcpu=<cpu>"`` runs ``tvm_fuse.optimize`` on the model
+before tvmc's own ``relay.build`` (``compile``) or task extraction (``tune``). ``tvm_fuse`` is not
+a TVM target kind, so tvmc's target parser treats it as an extra target and builds everything
+for the ``llvm`` one: the pipeline does not partition the graph and there is no external codegen
+— the fused op is an ordinary Relay op whose strategy compiles it for llvm. The package tvmc
+writes is an ordinary tvmc package that the stock ``tvmc run`` runs.
 
-    python -m tvm_fuse.tvmc compile --target "tvm_fuse, llvm -mcpu=znver3" -o out.tar model.onnx
-    tvm-fuse tvmc compile ...          # the same
+    tvm-fuse tvmc compile --target "tvm_fuse, llvm -mcpu=$CPU" -o out.tar model.onnx
+    tvm-fuse tvmc tune --target "tvm_fuse, llvm -mcpu=$CPU" -o records.log model.onnx
+    tvm-fuse tvmc compile --target "tvm_fuse, llvm -mcpu=$CPU" --tuning-records records.log ...
 
-Every stock option stays (``--tuning-records``, ``--input-shapes``, ``--pass-config``, ...): AutoTVM
-records of the fused kernel (``conv2d_nhwc_fused.x86``) apply to it like to any TOPI op. Not
-covered: ``tvmc tune`` runs the pipeline too, but AutoTVM's task extraction disables
-AlterOpLayout, where the fused op's weights are packed, so it finds no fused-kernel tasks. The
-composite target takes no options of its own: ``--target "tvm_fuse -x=1, llvm"`` is refused.
+(``CPU=$(python -c "import tvm; print(tvm.target.codegen.llvm_get_system_cpu())")``.) Every stock
+option stays. ``tune`` finds the fused kernels' tasks (``conv2d_nhwc_fused.x86``) besides the
+stock ones; its records and ``tvm-fuse tune``'s are the same records. :func:`main` runs tvmc
+under the ``--target``'s TVM target, so the pipeline packs the weights for it; it resolves
+``-mcpu=native`` (which TVM's LLVM would turn into ``generic``, no AVX) to this machine's CPU, and
+gives tvmc's ``tune`` the TVM target where tvmc 0.19 passes the whole composite string to the
+auto-scheduler's hardware parameters (it crashes there otherwise). The composite target takes
+no options of its own: ``--target "tvm_fuse -x=1, llvm"`` is refused.
 """
 
 from __future__ import annotations
 
+import contextlib
+import re
 import sys
+from unittest import mock
 
 import tvm
 from tvm.driver import tvmc as stock_tvmc
-from tvm.driver.tvmc import composite_target
+from tvm.driver.tvmc import autotuner, composite_target
 from tvm.driver.tvmc import main as tvmc_main
+from tvm.driver.tvmc.target import target_from_cli
 
+from . import onnx_compat
 from .dispatch import build_context
 from .pipeline import optimize
 
@@ -39,7 +48,8 @@ def pass_pipeline(mod: tvm.IRModule, params=None, mod_name: str = "default", **o
 
     tvmc calls it inside its ``PassContext`` with ``mod_name`` (``tvmc compile``) or without
     (``tvmc tune``) and the options written after the name in ``--target``; it builds the
-    returned module for the llvm target with the same ``params``.
+    returned module for the llvm target with the same ``params``. The weights are packed for
+    the current target (:func:`main` enters the ``--target``'s), else the host.
     """
     del mod_name  # one module per package; the fused kernels need no name of their own
     if opts:
@@ -64,14 +74,67 @@ def register() -> None:
     composite_target.REGISTERED_CODEGEN[NAME] = ENTRY
 
 
+_NATIVE = re.compile(r"-mcpu=native\b")
+
+
+def resolve_native(argv: list[str]) -> list[str]:
+    """``argv`` with ``-mcpu=native`` in a ``--target`` value (and ``--target-llvm-mcpu
+    native``) replaced by this machine's CPU, which TVM's LLVM does not do itself."""
+    cpu = tvm.target.codegen.llvm_get_system_cpu()
+    resolved, previous = [], None
+    for arg in argv:
+        if previous == "--target" or arg.startswith("--target="):
+            arg = _NATIVE.sub(f"-mcpu={cpu}", arg)
+        elif previous == "--target-llvm-mcpu" and arg == "native":
+            arg = cpu
+        resolved.append(arg)
+        previous = arg
+    return resolved
+
+
+def _tvm_target(argv: list[str]):
+    """The TVM target of ``argv``'s ``--target`` (composite parts left out), or None."""
+    for i, arg in enumerate(argv):
+        value = arg.split("=", 1)[1] if arg.startswith("--target=") else None
+        if arg == "--target" and i + 1 < len(argv):
+            value = argv[i + 1]
+        if value is not None:
+            try:
+                return tvm.target.Target(target_from_cli(value)[0])
+            except (stock_tvmc.TVMCException, ValueError, tvm.TVMError):
+                return None  # tvmc reports a bad --target itself
+    return None
+
+
+@contextlib.contextmanager
+def _tvm_target_for_hardware_params():
+    """tvmc 0.19's ``tune`` builds the auto-scheduler's ``HardwareParams`` from the raw
+    ``--target`` string, which fails for every composite target; give it the TVM target."""
+    stock = autotuner.auto_scheduler.HardwareParams
+
+    def hardware_params(*args, target=None, **kwargs):
+        if isinstance(target, str):
+            target = target_from_cli(target)[0]
+        return stock(*args, target=target, **kwargs)
+
+    with mock.patch.object(autotuner.auto_scheduler, "HardwareParams", hardware_params):
+        yield
+
+
 def main(argv=None) -> int:
     """tvmc with tvm_fuse registered: ``main(["compile", ...])``; returns tvmc's exit code."""
     register()
-    # tvmc's ``main()`` reads sys.argv and exits; ``_main(argv)`` is the same without that.
-    with build_context():  # TopHub off: a build without --tuning-records would download it
-        return tvmc_main._main(  # pylint: disable=protected-access  (argv-taking entry point)
-            list(sys.argv[1:] if argv is None else argv)
-        )
+    onnx_compat.install()
+    argv = resolve_native(list(sys.argv[1:] if argv is None else argv))
+    target = _tvm_target(argv)
+    with contextlib.ExitStack() as scope:
+        scope.enter_context(build_context())  # TopHub off: a build without records downloads it
+        scope.enter_context(_tvm_target_for_hardware_params())
+        if target is not None:
+            scope.enter_context(target)
+        # tvmc's ``main()`` reads sys.argv and exits; ``_main(argv)`` is the same without that.
+        code = tvmc_main._main(argv)  # pylint: disable=protected-access  (argv-taking entry)
+    return int(code or 0)  # tvmc's tune returns None when it is done
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tvm import autotvm
 
+from .. import dispatch
 from ..schedules.conv2d_nhwc_fused import NAME as FUSED_TASK
 from ..target import as_target
 
@@ -31,6 +32,11 @@ TARGET_ATTRS = ("mcpu", "mtriple")
 
 class RecordsError(ValueError):
     """A tuning log that cannot be applied; ``str()`` names the file, line and reason."""
+
+
+def read_records(path) -> list:
+    """Every ``(MeasureInput, MeasureResult)`` of the log at ``path``, or a RecordsError."""
+    return [record for _, record in _numbered_records(path)]
 
 
 def _numbered_records(path) -> list:
@@ -119,3 +125,6 @@ def check_records(path, target=None) -> list:
             "ops; tune this model with 'tvm-fuse tune'"
         )
     return [record for _, record in numbered]
+
+
+dispatch.set_records_checker(check_records)  # how tvm_fuse.build validates its tuning_records

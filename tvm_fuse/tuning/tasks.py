@@ -29,7 +29,9 @@ def extract_tasks(mod, params=None, target=None) -> list[autotvm.task.Task]:
     target = as_target(target)
     optimized = optimize(mod, params, target)
     with dispatch.build_context():
-        return autotvm.task.extract_from_program(optimized, {}, target, ops=[relay.op.get(OP_NAME)])
+        return autotvm.task.extract_from_program(
+            optimized, {}, target, ops=[relay.op.get(OP_NAME)]
+        )
 
 
 def default_config_index(task: autotvm.task.Task) -> int:
