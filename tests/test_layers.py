@@ -24,12 +24,15 @@ SOURCES = {PACKAGE: ROOT / "tvm_fuse", f"{PACKAGE}.schedules": ROOT / "schedules
 
 #: Module-name patterns (relative to ``tvm_fuse``) per layer, lowest first.
 LAYERS = [
-    ("foundation", ["spec", "errors", "target", "ir_utils", "bn_fold", "dispatch"]),
+    (
+        "foundation",
+        ["spec", "errors", "target", "ir_utils", "bn_fold", "dispatch", "lazy", "onnx_compat"],
+    ),
     ("kernel half", ["schedules", "schedules.*"]),
     ("relay ops", ["op", "exit_op"]),
     ("meeting point", ["strategy"]),
     ("graph half", ["passes", "passes.*"]),
-    ("pipeline", ["pipeline"]),
+    ("pipeline", ["pipeline", "params"]),
     ("analysis", ["memory.*"]),
     ("tuning", ["tuning", "tuning.*"]),
     ("examples", ["examples", "models", "onnx_example", "testing"]),
@@ -40,6 +43,8 @@ LAYERS = [
             "memory.report",
             "memory.__main__",
             "tuning.cli",
+            "cli_options",
+            "interrupts",
             "cli",
             "__main__",
             "explain",
