@@ -24,7 +24,7 @@ SOURCES = {PACKAGE: ROOT / "tvm_fuse", f"{PACKAGE}.schedules": ROOT / "schedules
 
 #: Module-name patterns (relative to ``tvm_fuse``) per layer, lowest first.
 LAYERS = [
-    ("foundation", ["spec", "errors", "target", "ir_utils", "bn_fold", "dispatch", "lazy"]),
+    ("foundation", ["spec", "errors", "target", "ir_utils", "bn_fold", "dispatch", "lazy", "sizes"]),
     ("kernel half", ["schedules", "schedules.*"]),
     ("relay ops", ["op", "exit_op"]),
     ("meeting point", ["strategy"]),
@@ -42,6 +42,7 @@ LAYERS = [
             "cli",
             "cli_options",
             "interrupts",
+            "shape_text",
             "onnx_compat",
             "__main__",
             "explain",

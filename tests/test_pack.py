@@ -18,6 +18,7 @@ from tvm import autotvm, relay
 import tvm_fuse
 from tvm_fuse import examples, testing
 from tvm_fuse.passes.pack import PackWeights
+from tvm_fuse.api import pipeline
 from tvm_fuse.schedules import conv2d_nhwc_fused as fast
 
 TARGET = tvm_fuse.host_target()
@@ -61,7 +62,7 @@ def build_as_users_do(mod, params, opt_level, bind):
             mod = tvm.IRModule.from_expr(
                 relay.build_module.bind_params_by_name(mod["main"], params)
             )
-        optimized = tvm_fuse.pipeline()(mod)
+        optimized = pipeline()(mod)
         with Queries() as queries:
             lib = relay.build(optimized, TARGET, params=None if bind else params)
     return lib, queries.names

@@ -15,13 +15,12 @@ MODELS = {"resnet-18": 18, "resnet-34": 34, "resnet-50": 50}
 
 
 def _rss_lines(mod, params, progress) -> list[str]:
-    import tvm_fuse  # pylint: disable=import-outside-toplevel
-
+    from ..api import build  # pylint: disable=import-outside-toplevel
     from .apply import plan_storage  # pylint: disable=import-outside-toplevel
     from .rss import peak_rss  # pylint: disable=import-outside-toplevel
 
     with progress.stage("building with tvm_fuse for the run"):
-        lib = tvm_fuse.build(mod, params, memory="tvm")
+        lib = build(mod, params, memory="tvm")
     graphs = {"TVM's plan": lib.get_graph_json()}
     graphs["tvm_fuse's plan"] = plan_storage(graphs["TVM's plan"]).graph_json
     with progress.stage("running each plan in fresh processes (3 rounds)"):
