@@ -6,6 +6,7 @@ into the process, the build's progress line), signal it, and check the exit stat
 on stderr, the old output kept and no scratch or temporary folder left.
 """
 
+import io
 import os
 import re
 import signal
@@ -191,3 +192,13 @@ def test_api_tune_refuses_a_log_that_is_a_folder_before_tuning(tmp_path):
     mod, params = small_layer()
     with pytest.raises(UserError, match="is a directory; give log_file="):
         tvm_fuse.tune(mod, params, log_file=tmp_path, n_trial=1)
+
+
+def test_api_tuning_leaves_no_temporary_folder(tmp_path, monkeypatch):
+    scratch_tmp = tmp_path / "tmp"
+    scratch_tmp.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(scratch_tmp))
+    mod, params = small_layer()
+    done = tvm_fuse.tune(mod, params, log_file=tmp_path / "t.log", n_trial=1, stream=io.StringIO())
+    assert done.records_written == 1
+    assert not list(scratch_tmp.iterdir())

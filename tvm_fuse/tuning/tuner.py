@@ -19,6 +19,7 @@ re-raises ``KeyboardInterrupt``: the lines already in the log stay valid records
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import sys
 from pathlib import Path
 
@@ -285,9 +286,9 @@ def tune(
     tuner = check_tuner(tuner)
     stream = stream or sys.stderr
     runner = _runner(runner, tracker, key, timeout)
-    measure = autotvm.measure_option(
-        builder=builder or autotvm.LocalBuilder(timeout=max(timeout, 10.0)), runner=runner
-    )
+    own_builder = builder is None
+    builder = builder or autotvm.LocalBuilder(timeout=max(timeout, 10.0))
+    measure = autotvm.measure_option(builder=builder, runner=runner)
     tasks = extract_tasks(mod, params, target)
     result = TuneResult(str(log_file), [])
     Path(log_file).parent.mkdir(parents=True, exist_ok=True)
@@ -304,4 +305,7 @@ def tune(
             "(all valid; build with them or tune again to add more)\n"
         )
         raise
+    finally:
+        if own_builder:  # AutoTVM's LocalBuilder removes each build's folder but the last
+            shutil.rmtree(getattr(builder, "tmp_dir", None) or "", ignore_errors=True)
     return result
