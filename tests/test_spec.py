@@ -122,3 +122,17 @@ def test_winograd_needs_a_tile():
     assert spec.kernel_size == (3, 3)
     assert str(spec).splitlines()[-1] == "algorithm: winograd F(4x4, 3x3)"
     assert KernelSpec.from_json(spec.to_json()) == spec
+
+
+def test_epilogue_formulas_read_as_the_kernel_computes():
+    """A compound sum is parenthesised where it is a factor; relu6 in clip's order (NaN -> 6)."""
+    conv = KernelSpec.conv((1, 8, 8, 4), (3, 3, 4, 8))
+    assert conv.with_epilogue(True, False, activation="silu").epilogue == (
+        "out = (acc + b) * sigmoid(acc + b)"
+    )
+    assert conv.with_epilogue(False, False, activation="silu").epilogue == (
+        "out = acc * sigmoid(acc)"
+    )
+    assert conv.with_epilogue(True, True, activation="relu6").epilogue == (
+        "out = max(min(acc + b + r, 6), 0)"
+    )

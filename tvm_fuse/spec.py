@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Activation:
-    """One activation the fused kernel applies to its accumulators: the formula a spec prints,
-    and the Relay form ``FuseConvBiasAct`` absorbs as it: ``relay_op`` applied to the chain's
+    """One activation the fused kernel applies to its accumulators: the formula a spec prints
+    (``{x}`` is the pre-activation sum, ``{term}`` the same as a factor of a product), and the
+    Relay form ``FuseConvBiasAct`` absorbs as it: ``relay_op`` applied to the chain's
     output, with the attribute values ``relay_attrs`` (``alpha`` read from ``alpha_attr``), or,
     when ``gated``, ``x * relay_op(x)``. The kernels compute it in ``schedules/epilogue.py``."""
 
@@ -38,12 +39,12 @@ class Activation:
 ACTIVATIONS = {
     "none": Activation("{x}"),
     "relu": Activation("max(0, {x})", "nn.relu"),
-    "relu6": Activation("min(max(0, {x}), 6)", "clip", {"a_min": 0.0, "a_max": 6.0}),
+    "relu6": Activation("max(min({x}, 6), 0)", "clip", {"a_min": 0.0, "a_max": 6.0}),
     "leaky_relu": Activation(
         "leaky_relu({x}, alpha={alpha:g})", "nn.leaky_relu", alpha_attr="alpha"
     ),
     "sigmoid": Activation("sigmoid({x})", "sigmoid"),
-    "silu": Activation("{x} * sigmoid({x})", "sigmoid", gated=True),
+    "silu": Activation("{term} * sigmoid({x})", "sigmoid", gated=True),
 }
 
 
@@ -189,7 +190,9 @@ class KernelSpec:
             x += " + b"
         if self.residual is not None:
             x += " + r"
-        return "out = " + ACTIVATIONS[self.activation].formula.format(x=x, alpha=self.alpha)
+        term = f"({x})" if " " in x else x  # x as a factor of a product
+        formula = ACTIVATIONS[self.activation].formula
+        return "out = " + formula.format(x=x, term=term, alpha=self.alpha)
 
     @property
     def argument_names(self) -> tuple[str, ...]:
