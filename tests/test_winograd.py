@@ -236,3 +236,18 @@ def test_refuses_a_direct_weight():
             activation="none",
             alpha=0.0,
         )
+
+
+def test_cost_model_chooses_winograd_where_it_pays():
+    """The layer benchmark's 3x3 stride-1 layers on 2 cores with 8 lanes (measured: F(4x4) is
+    2.5x the direct kernel at 56x56 and 28x28, Winograd 1.3-1.5x at 14x14, ~1.0x at 7x7x512)."""
+
+    def choice(hw, channels, **kw):
+        return winograd_tiling.choose_winograd_tile(1, hw, hw, channels, channels, 8, **kw)
+
+    assert choice(56, 64) == 4 and choice(28, 128) == 4
+    assert choice(14, 256) in (2, 4)
+    assert choice(7, 512) == 0  # the 4x larger transformed weight is what costs
+    assert choice(56, 64, tiles=(2,)) == 2  # F(2x2) only (e.g. a precision choice)
+    assert choice(56, 3) == 0 and choice(7, 16) == 0  # too few channels
+    assert choice(1, 512) == 0 and choice(2, 512) == 0  # maps of one or a few tiles
