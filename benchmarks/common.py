@@ -33,10 +33,11 @@ from tvm import relay  # noqa: E402
 from tvm.contrib import graph_executor  # noqa: E402
 
 import tvm_fuse  # noqa: E402
+from tvm_fuse.bench import RESULTS  # noqa: E402
+from tvm_fuse.testing import MODEL_RTOL  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results"
-#: Relative tolerance of every correctness check: max |out - ref| <= RTOL * max |ref| (DESIGN §3).
-RTOL = 1e-4
+#: Relative tolerance of every correctness check: max |out - ref| <= RTOL * max |ref|.
+RTOL = MODEL_RTOL
 #: Pause before each measurement, so that the spinning worker threads of the previous
 #: implementation (OpenMP, ONNX Runtime, TVM: about a millisecond each) have gone to sleep.
 SETTLE_S = 0.05
@@ -191,6 +192,7 @@ def time_interleaved(runners: dict[str, Runner], cfg: TimingConfig) -> dict[str,
     Round-robin rather than one implementation after the other, so that a change in the
     machine's background load hits every implementation alike.
     """
+    print(f"  timing {', '.join(runners)}: {cfg.repeat} rounds", flush=True)
     numbers = {name: calibrate(runner, cfg) for name, runner in runners.items()}
     runs = {name: [] for name in runners}
     for _ in range(cfg.repeat):
@@ -263,6 +265,7 @@ def run_case(
     results, runners, ref_out = {}, {}, None
     for name in order:
         result = results[name] = Result(name)
+        print(f"  {name}: building and checking ...", end="", flush=True)
         try:
             start = time.perf_counter()
             runner = preparers[name]()
@@ -270,11 +273,13 @@ def run_case(
             out = runner.output()
         except Skip as note:
             result.skipped = str(note)
+            print(" skipped", flush=True)
             continue
         except Exception as err:  # pylint: disable=broad-except  # recorded and printed
             result.error = f"{type(err).__name__}: {_last_line(err)}"
-            print(f"  !! {name} FAILED: {result.error}")
+            print(f" failed\n  !! {name} FAILED: {result.error}", flush=True)
             continue
+        print(f" {time.perf_counter() - start:.1f} s", flush=True)
         if name == reference:
             ref_out = out.astype("float64")
         elif ref_out is None:
@@ -340,6 +345,24 @@ def print_peer_notes(impls) -> None:
     for lib, note in peers_available().items():
         if lib in libs and note:
             print(f"note: peer skipped: {note}")
+
+
+def add_output_options(parser, name: str) -> None:
+    """``--results DIR`` and ``--json PATH`` (default ``DIR/<name>.json``); see ``json_path``."""
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=RESULTS,
+        metavar="DIR",
+        help=f"folder for the results (default: ./{RESULTS})",
+    )
+    parser.add_argument("--json", type=Path, metavar="PATH", help=f"JSON file (DIR/{name}.json)")
+    parser.set_defaults(json_name=f"{name}.json")
+
+
+def json_path(args) -> Path:
+    """The JSON file of a run parsed with ``add_output_options``."""
+    return args.json or args.results / args.json_name
 
 
 def select(parser, text: str, known) -> list[str]:

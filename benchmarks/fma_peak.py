@@ -8,7 +8,8 @@ so the inner loop is nothing but ``accumulators`` independent ``vfmadd`` on regi
 of them to hide the FMA latency. The parallel variant runs one chunk per core.
 With ``v = 0.5`` every accumulator converges to 1.0, which ``measure`` checks.
 
-Run ``python benchmarks/fma_peak.py`` to print the peak on 1 core and on all cores.
+Run ``tvm-fuse bench peak`` (or ``python -m tvm_fuse.bench.fma_peak``) to print the peak on 1 core
+and on all cores.
 """
 
 from __future__ import annotations
@@ -19,10 +20,7 @@ import re
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks import common  # noqa: E402  (sets TVM_NUM_THREADS before tvm is imported)
+from tvm_fuse.bench import common  # noqa: E402  (sets TVM_NUM_THREADS before tvm is imported)
 
 import numpy as np  # noqa: E402
 import tvm  # noqa: E402
@@ -167,12 +165,11 @@ def print_peak(peak: dict) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short runs (smoke test)")
-    parser.add_argument("--json", help="also write the figures to this JSON file")
+    common.add_output_options(parser, "peak")
     args = parser.parse_args(argv)
     peak = fma_peak(quick=args.quick)
     print_peak(peak)
-    if args.json:
-        common.write_json(args.json, {"machine": common.machine_info(), "fma_peak": peak})
+    common.write_json(common.json_path(args), {"machine": common.machine_info(), "fma_peak": peak})
     return 0
 
 

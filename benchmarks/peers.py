@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import common
+from tvm_fuse.bench import common
 
 
 def _torch():

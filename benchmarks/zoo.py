@@ -1,4 +1,4 @@
-"""The model-zoo check (issue 4): every relay.testing network, ``tvm_fuse.build`` vs stock TVM.
+"""The model-zoo check: every relay.testing network, ``tvm_fuse.build`` vs stock TVM.
 
 For each (model, batch) it builds the network twice, with ``tvm_fuse.build`` and with stock
 ``relay.build`` at opt_level 3, runs both on one seeded input and reports: the fused kernels
@@ -8,7 +8,9 @@ the layout_transform kernels in the built graph, the max relative error vs stock
 statistics, gamma, beta and biases are redrawn with a seeded RNG (``tvm_fuse.models``), so
 that BN folding is really exercised. Correctness only: latency is ``bench_models.py``'s job.
 
-    python benchmarks/zoo.py [--models resnet-18,mobilenet] [--json PATH]
+    tvm-fuse bench zoo [--models resnet-18,mobilenet] [--quick] [--results DIR] [--json PATH]
+
+``--quick`` checks ResNet-18 at batch 1 only.
 """
 
 from __future__ import annotations
@@ -17,12 +19,8 @@ import argparse
 import collections
 import sys
 import time
-from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks import common  # noqa: E402  (first: thread env, TopHub off)
+from tvm_fuse.bench import common  # noqa: E402  (first: thread env, TopHub off)
 
 import numpy as np  # noqa: E402
 
@@ -31,7 +29,7 @@ from tvm_fuse import models, testing  # noqa: E402
 from tvm_fuse.examples import random_inputs  # noqa: E402
 from tvm_fuse.passes.layout import count_layout_transforms  # noqa: E402
 
-#: (model, batch) pairs of issue 4.
+#: (model, batch) pairs checked: ResNets at two batch sizes, the rest of the zoo at batch 1.
 CASES = [("resnet-18", 1), ("resnet-18", 2), ("resnet-50", 1), ("resnet-50", 2)] + [
     (name, 1) for name in ("mobilenet", "vgg-11", "squeezenet1.1", "inception_v3", "densenet-121")
 ]
@@ -87,6 +85,18 @@ def _row(rec: dict) -> list:
     ]
 
 
+def _summary(rec: dict) -> str:
+    """One progress line for a finished case (the table at the end has every column)."""
+    if "error" in rec:
+        return "ERROR (see above)"
+    check = "ok" if rec["ok"] else "FAIL"
+    build = rec["build_s"]
+    return (
+        f"{rec['fused_kernels']} fused kernels, max rel err {rec['max_rel_error']:.2e} ({check}), "
+        f"built in {build['stock']:.1f} s stock, {build['tvm_fuse']:.1f} s tvm_fuse"
+    )
+
+
 def print_report(records: list[dict]) -> None:
     headers = ["model", "batch", "fused", "LT opt/built", "max rel err", "check"]
     headers += ["stock s", "fuse s", "stock cpu s", "fuse cpu s"]
@@ -100,24 +110,26 @@ def print_report(records: list[dict]) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     names = sorted({name for name, _ in CASES}, key=[n for n, _ in CASES].index)
-    parser.add_argument("--models", default=",".join(names), help="comma-separated names")
-    parser.add_argument("--json", default=str(common.RESULTS / "zoo.json"))
+    parser.add_argument("--models", help=f"comma-separated names of {', '.join(names)} (all)")
+    parser.add_argument("--quick", action="store_true", help="resnet-18 at batch 1 only")
+    common.add_output_options(parser, "zoo")
     args = parser.parse_args(argv)
-    chosen = common.select(parser, args.models, models.ZOO)
+    chosen = common.select(parser, args.models or ",".join(names), models.ZOO)
+    cases = [case for case in CASES if case[0] in chosen]
     target = tvm_fuse.host_target()
     records = []
-    for name, batch in [case for case in CASES if case[0] in chosen]:
+    for name, batch in cases[:1] if args.quick else cases:
         print(f"{name} batch {batch}", flush=True)
         try:
             records.append(check_case(name, batch, target))
         except Exception as err:  # pylint: disable=broad-except  # reported in the table
             print(f"  !! ERROR: {type(err).__name__}: {err}")
             records.append({"model": name, "batch": batch, "error": str(err), "ok": False})
-        print(f"  {records[-1]}", flush=True)
+        print("  " + _summary(records[-1]), flush=True)
     print_report(records)
     payload = {"machine": common.machine_info(), "rtol": common.RTOL, "cases": records}
     payload["ok"] = all(rec["ok"] for rec in records)
-    return common.finish(payload, args.json)
+    return common.finish(payload, common.json_path(args))
 
 
 if __name__ == "__main__":

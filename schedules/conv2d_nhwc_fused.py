@@ -1,7 +1,8 @@
 """The fast fused kernel: NHWC conv2d + bias + [residual] + activation on packed weights (x86).
 
-``tvm_fuse.strategy`` chooses it when ``fast_path_refusal`` finds nothing and the weight has been
-packed to ``OHWI{VL}o`` (``schedules.packing``) at compile time. Vectorized over output channels:
+``tvm_fuse.strategy`` chooses it when ``fast_path_refusal`` finds nothing and the graph half's
+``PackWeights`` has packed the weight to the layout ``strategy.preferred_spec`` names,
+``OHWI{VL}o`` (``schedules.packing``). Vectorized over output channels:
 a register tile of ``owb`` output pixels x ``ocb`` vectors of VL channels accumulates over
 (Ci block, Kh, Kw, Ci) with one broadcast input feeding ``ocb`` FMAs. Two tilings (knob ``flat``):
 
@@ -12,56 +13,105 @@ a register tile of ``owb`` output pixels x ``ocb`` vectors of VL channels accumu
   is its own parallel loop over (N, Co blocks, pixel tiles), tiles crossing rows, accumulators
   in a local cache; the epilogue is a second vectorized pass over the (small) output.
 
-A Co that is not a multiple of VL arrives zero-padded in the packed weight, with the real Co as
-``channels``: the padded channels are computed and never stored. Tile sizes are AutoTVM knobs
-whose fallback config is the analytic model of ``schedules.tiling``. Refuses weights that are
-not packed and non-float32 dtypes (the strategy never sends those here).
+A Co that is not a multiple of VL arrives zero-padded in the packed weight (the spec's output
+keeps the real Co): the padded channels are computed and never stored. Tile sizes are AutoTVM
+knobs whose fallback config is the analytic model of ``schedules.tiling``. The AutoTVM template
+takes the logical task (NHWC data, HWIO weight, the spec's named fields: ``WORKLOAD_FIELDS``), so
+tasks are extracted from the graph as the pipeline leaves it, and records name the model's
+convs, not their packed weights. Refuses weights that are not packed and non-float32 dtypes (the
+strategy never sends those here).
 """
+
+import dataclasses
 
 from tvm import autotvm, te, topi
 from tvm.autotvm.task.space import OtherOptionEntity, SplitEntity
 
-from . import tiling
+from ..spec import KernelSpec
+from . import packing, tiling
 from .epilogue import apply_epilogue
 
 NAME = "conv2d_nhwc_fused.x86"
 CONV_TAG = "conv2d_nhwc_fused_packed"
+#: Tag of the HWIO view of a packed weight that the template receives at build time.
+LOGICAL_WEIGHT_TAG = "conv2d_nhwc_fused_hwio_view"
+
+#: The AutoTVM workload after the task name: the template's arguments, the logical task.
+WORKLOAD_FIELDS = (
+    "data",
+    "weight",
+    "bias",
+    "residual",
+    "strides",
+    "padding",
+    "dilation",
+    "activation",
+    "alpha",
+    "lanes",
+)
 
 
-def compute(data, weight, bias, residual, **conv):
-    """The fused kernel on a packed ``[Co/VL, Kh, Kw, Ci, VL]`` weight (keyword calling: strides,
-    padding, dilation, out_dtype, activation, alpha, and ``channels``, the real Co when the
-    packed weight's Co is padded to whole vectors)."""
-    if len(weight.shape) != 5 or data.dtype != "float32" or weight.dtype != "float32":
+def compute(spec: KernelSpec, data, weight, bias, residual):
+    """The fused kernel of ``spec`` on its packed ``[Co/VL, Kh, Kw, Ci, VL]`` weight.
+
+    The template sees the logical task: the weight enters as an HWIO view of the packed tensor
+    (never computed: the template reads the packed tensor under it), so the AutoTVM workload,
+    and the tuning records, name the HWIO weight as the graph had it."""
+    if spec.lanes is None or {data.dtype, weight.dtype} != {"float32"}:
         raise ValueError(
             f"{NAME}: needs float32 data and a packed OHWI{{VL}}o weight, got data "
             f"{data.dtype}{list(data.shape)} and weight {weight.dtype}{list(weight.shape)}"
         )
-    args = [tuple(conv[k]) for k in ("strides", "padding", "dilation")]
-    args += [conv["out_dtype"], conv["activation"], float(conv["alpha"]), conv.get("channels")]
-    return conv2d_nhwc_fused_x86(data, weight, bias, residual, *args)
+    return conv2d_nhwc_fused_x86(
+        *workload_args(spec, data, _hwio_view(spec, weight), bias, residual)
+    )
 
 
-def _out_size(size, pad, window, stride, dilation):
-    return (size + pad - ((window - 1) * dilation + 1)) // stride + 1
+def workload_args(spec: KernelSpec, data, weight, bias, residual) -> tuple:
+    """The template's arguments (``WORKLOAD_FIELDS``) for ``spec``: tensors, then named fields."""
+    fields = (spec.strides, spec.padding, spec.dilation, spec.activation, spec.alpha, spec.lanes)
+    return (data, weight, bias, residual, *fields)
 
 
-def _define_knobs(cfg, ho, wo, co_vectors, ci, lanes, ragged_co, window):
+def describe_workload(workload) -> dict:
+    """A workload of this template (``(NAME, *args)``) as a dict of ``WORKLOAD_FIELDS``."""
+    return dict(zip(WORKLOAD_FIELDS, workload[1:]))
+
+
+def _hwio_view(spec: KernelSpec, packed):
+    kh, kw = spec.kernel_size
+    lanes = spec.lanes
+    return te.compute(
+        (kh, kw, spec.in_channels, spec.out_channels),
+        lambda y, x, i, o: packed[o // lanes, y, x, i, o % lanes],
+        name="weight_hwio",
+        tag=LOGICAL_WEIGHT_TAG,
+    )
+
+
+def _packed_weight(spec: KernelSpec, weight):
+    """The packed weight under the template's HWIO ``weight``: the real packed tensor at build
+    time, a placeholder of the packed shape while tuning (as TVM's ``conv2d_NCHWc.x86`` does)."""
+    if weight.op.tag == LOGICAL_WEIGHT_TAG:
+        return weight.op.input_tensors[0]
+    return te.placeholder(spec.weight.shape, spec.weight.dtype, name="weight_packed")
+
+
+def _define_knobs(cfg, spec: KernelSpec):
     """owb x ocb: the register tile; flat: tile the flattened Ho*Wo pixel axis (tiles cross
     rows) instead of Wo; tile_ic: the Ci split; pad_at_row: pad the input rows a parallel
     iteration reads (1) or the whole input up front (0); ic_outside: Ci blocks outside the
     Wo tiles, accumulating in a row buffer (measured slower: the tile leaves registers; not
     used by flat tiles)."""
+    co_vectors = spec.weight.shape[spec.weight.layout.index("O")]
     cfg.define_knob("owb", list(range(1, tiling.MAX_OWB + 1)))
     cfg.define_knob("ocb", [d for d in range(1, tiling.MAX_OCB + 1) if co_vectors % d == 0])
     cfg.define_knob("flat", [0, 1])
-    cfg.define_split("tile_ic", ci, num_outputs=2)
+    cfg.define_split("tile_ic", spec.in_channels, num_outputs=2)
     cfg.define_knob("pad_at_row", [0, 1])
     cfg.define_knob("ic_outside", [0, 1])
     if cfg.is_fallback:
-        tiles = tiling.choose_tiles(
-            tiling.machine_for(lanes), wo, co_vectors, ci, ho=ho, ragged_co=ragged_co, window=window
-        )
+        tiles = tiling.tiles_for(spec)
         cfg["owb"] = OtherOptionEntity(tiles.owb)
         cfg["ocb"] = OtherOptionEntity(tiles.ocb)
         cfg["flat"] = OtherOptionEntity(int(tiles.flat))
@@ -72,30 +122,30 @@ def _define_knobs(cfg, ho, wo, co_vectors, ci, lanes, ragged_co, window):
 
 @autotvm.register_topi_compute(NAME)
 def conv2d_nhwc_fused_x86(
-    cfg,
-    data,
-    weight,
-    bias,
-    residual,
-    strides,
-    padding,
-    dilation,
-    out_dtype,
-    activation,
-    alpha,
-    channels=None,
+    cfg, data, weight, bias, residual, strides, padding, dilation, activation, alpha, lanes
 ):
-    """TE compute of the fast kernel (positional arguments: they form the AutoTVM workload).
+    """The AutoTVM template (positional arguments, ``WORKLOAD_FIELDS``: they form the
+    workload): NHWC ``data``, HWIO ``weight``, optional bias and residual, the conv and epilogue
+    fields of the spec and the packed weight's ``lanes``."""
+    spec = KernelSpec.conv(
+        tuple(data.shape), tuple(weight.shape), strides, padding, dilation
+    ).with_epilogue(
+        bias is not None, residual is not None, activation=activation, alpha=float(alpha)
+    )
+    spec = dataclasses.replace(spec, weight=packing.packed_weight(spec, lanes))
+    _define_knobs(cfg, spec)
+    return _kernel(cfg, spec, data, _packed_weight(spec, weight), bias, residual)
 
-    ``channels`` is the real Co when the packed weight's Co was padded to whole vectors."""
-    n, h, w, ci = (int(d) for d in data.shape)
-    co_vectors, kh, kw, _, lanes = (int(d) for d in weight.shape)
-    channels = int(channels or co_vectors * lanes)
-    (sh, sw), (dh, dw), (top, left, bottom, right) = strides, dilation, padding
-    ho = _out_size(h, top + bottom, kh, sh, dh)
-    wo = _out_size(w, left + right, kw, sw, dw)
-    ragged_co = channels != co_vectors * lanes
-    _define_knobs(cfg, ho, wo, co_vectors, ci, lanes, ragged_co, window=kh * kw)
+
+def _kernel(cfg, spec: KernelSpec, data, weight, bias, residual):
+    """TE of the fast kernel on the packed ``weight``, with the knobs of ``cfg``."""
+    _, h, w, ci = spec.data.shape
+    kh, kw = spec.kernel_size
+    ho, wo = spec.out_hw
+    lanes, channels, out_dtype = spec.lanes, spec.out_channels, spec.out.dtype
+    co_vectors = spec.weight.shape[spec.weight.layout.index("O")]
+    (sh, sw), (dh, dw), (top, left, bottom, right) = spec.strides, spec.dilation, spec.padding
+    n = spec.data.shape[0]
     owb, flat = cfg["owb"].val, cfg["flat"].val
     wo_pad = wo if flat else -(-wo // owb) * owb
     extra = max(0, (wo_pad - 1) * sw + (kw - 1) * dw + 1 - (w + left + right))
@@ -134,7 +184,7 @@ def conv2d_nhwc_fused_x86(
             tag=CONV_TAG,
         )
         acc = te.compute((n, ho, wo, channels), lambda *i: conv(*i), name="acc")
-    return apply_epilogue(acc, bias, residual, activation, alpha)
+    return apply_epilogue(acc, bias, residual, spec.activation, spec.alpha)
 
 
 @autotvm.register_topi_schedule(NAME)

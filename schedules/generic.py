@@ -13,12 +13,12 @@ from .epilogue import apply_epilogue
 NAME = "conv2d_nhwc_fused.generic"
 
 
-def compute(
-    data, weight, bias, residual, *, strides, padding, dilation, out_dtype, activation, alpha
-):
-    """NHWC conv2d with an HWIO ``weight``, followed by the epilogue."""
-    acc = topi.nn.conv2d_nhwc(data, weight, strides, padding, dilation, out_dtype=out_dtype)
-    return apply_epilogue(acc, bias, residual, activation, alpha)
+def compute(spec, data, weight, bias, residual):
+    """NHWC conv2d of ``spec`` with an HWIO ``weight``, followed by the epilogue."""
+    acc = topi.nn.conv2d_nhwc(
+        data, weight, spec.strides, spec.padding, spec.dilation, out_dtype=spec.out.dtype
+    )
+    return apply_epilogue(acc, bias, residual, spec.activation, spec.alpha)
 
 
 def schedule(outs):

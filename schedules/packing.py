@@ -1,17 +1,16 @@
 """The packed weight layout the fast kernel asks for: ``[Co/VL, Kh, Kw, Ci, VL]`` (``OHWI{VL}o``).
 
 VL is the target's SIMD width in fp32 lanes, so one VL-slice of the last axis is one vector
-register of output-channel weights. ``tvm_fuse.strategy`` asks Relay to transform the HWIO
-constant into this layout at compile time; this module only names the layout and gives the NumPy
-reference of the transform (for tests). A Co that is not a multiple of VL is padded with zero
-output channels up to whole vectors; the kernel computes them and never stores them.
+register of output-channel weights. ``tvm_fuse.strategy.preferred_spec`` names this layout in the
+spec and the graph half's ``PackWeights`` computes it from the HWIO weight; this module gives the
+layout, the packed tensor's description and the NumPy reference of the transform (for tests). A
+Co that is not a multiple of VL is padded with zero output channels up to whole vectors; the
+kernel computes them and never stores them.
 """
-
-import re
 
 import numpy as np
 
-_PACKED = re.compile(r"^OHWI(\d+)o$")
+from ..spec import TensorSpec
 
 
 def packed_layout(lanes: int) -> str:
@@ -19,15 +18,17 @@ def packed_layout(lanes: int) -> str:
     return f"OHWI{int(lanes)}o"
 
 
-def packed_lanes(layout: str) -> int | None:
-    """VL of a packed layout string, or None when ``layout`` is not packed."""
-    match = _PACKED.match(layout)
-    return int(match.group(1)) if match else None
-
-
 def padded_channels(channels: int, lanes: int) -> int:
     """``channels`` rounded up to a multiple of ``lanes``: the Co of the packed weight."""
     return -(-int(channels) // int(lanes)) * int(lanes)
+
+
+def packed_weight(spec, lanes: int) -> TensorSpec:
+    """The packed weight of a conv ``spec`` (HWIO weight) for ``lanes`` fp32 lanes."""
+    kh, kw = spec.kernel_size
+    co_vectors = padded_channels(spec.out_channels, lanes) // lanes
+    shape = (co_vectors, kh, kw, spec.in_channels, lanes)
+    return TensorSpec(shape, packed_layout(lanes), spec.weight.dtype)
 
 
 def pack_hwio(weight: np.ndarray, lanes: int) -> np.ndarray:

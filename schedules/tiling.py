@@ -117,6 +117,7 @@ def best_tile(
     ``streams(ocb)``: whether a tile of ``ocb`` vectors streams its weights from L2 (the L2
     weight model); such a tile pays ``L2_WEIGHT_LOAD_COST`` per weight load and may spill one
     register."""
+
     def score(owb, ocb):
         return tile_score(machine, owb, ocb, pixels, L2_WEIGHT_LOAD_COST if streams(ocb) else 1)
 
@@ -159,3 +160,20 @@ def choose_tiles(
     if machine.l2_weight_model:
         _, owb, ocb = best_tile(machine, wo, co_vectors, weights_overflow_l1(machine, window * ci))
     return Tiles(owb=owb, ocb=ocb, icb=ci)
+
+
+def tiles_for(spec) -> Tiles:
+    """The model's tiles for a :class:`~tvm_fuse.spec.KernelSpec` of the fast kernel (its
+    weight packed with ``spec.lanes`` lanes; Co padded to whole vectors when ragged)."""
+    ho, wo = spec.out_hw
+    kh, kw = spec.kernel_size
+    lanes, co = spec.lanes, spec.out_channels
+    return choose_tiles(
+        machine_for(lanes),
+        wo,
+        co_vectors=-(-co // lanes),
+        ci=spec.in_channels,
+        ho=ho,
+        ragged_co=co % lanes != 0,
+        window=kh * kw,
+    )

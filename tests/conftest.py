@@ -10,6 +10,7 @@ import pytest  # noqa: E402
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: whole-model tests (several relay.build calls)")
+    config.addinivalue_line("markers", "llvm: builds and runs code with LLVM (needs a host CPU)")
 
 
 @pytest.fixture

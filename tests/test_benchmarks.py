@@ -5,17 +5,11 @@ correctness checks and the FMA kernel's assembly are.
 """
 
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # ``benchmarks`` is a folder of the repo, not an installed package
-    sys.path.insert(0, str(REPO))
-
-from benchmarks import bench_layers, bench_models, common, fma_peak  # noqa: E402
+from tvm_fuse.bench import bench_layers, bench_models, common, fma_peak  # common: thread env
 
 import tvm_fuse  # noqa: E402
 from tvm_fuse import examples  # noqa: E402

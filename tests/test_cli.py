@@ -4,6 +4,7 @@ The error tests run ``cli.main`` in-process (they all fail before any build); on
 ``python -m tvm_fuse`` process to check the exit status and that no traceback leaks out.
 """
 
+import importlib.util
 import json
 import os
 import re
@@ -17,8 +18,6 @@ from tvm.driver.tvmc import frontends, runner
 from tvm.driver.tvmc.model import TVMCPackage
 
 from tvm_fuse import cli, describe, onnx_example, optimize, testing
-
-RTOL = 1e-4  # DESIGN.md §3
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +85,7 @@ def test_malformed_input_shapes(models, capsys):
     "target, says",
     [
         ("foo -mcpu=znver3", "TVM has no target kind 'foo'"),
-        ("llvm -mcpu=native", "LLVM does not know the CPU 'native'"),
+        ("llvm -mcpu=nosuchcpu", "LLVM does not know the CPU 'nosuchcpu'"),
         ("llvm -tiles=4", "invalid target"),
         ("cuda", "tvm-fuse compiles for CPUs"),
     ],
@@ -149,7 +148,7 @@ def test_compile_writes_a_tvmc_package_that_matches_stock_tvm(models, capsys, tm
     model = frontends.load_model(models["dynamic"], "onnx", {"data": [2, 3, 16, 16]})
     (ref,) = testing.run(testing.build_stock(model.mod, model.params), {"data": data})
     assert got.shape == ref.shape == (2, 10)
-    assert testing.relative_error(got, ref) <= RTOL
+    assert testing.relative_error(got, ref) <= testing.MODEL_RTOL
 
 
 def test_explain_prints_kernels_layout_leftovers_and_memory(models, capsys):
@@ -167,19 +166,29 @@ def test_explain_prints_kernels_layout_leftovers_and_memory(models, capsys):
 
 
 # -- bench -------------------------------------------------------------------------------------
-def test_bench_runs_each_script_and_passes_options(monkeypatch, capsys):
+def test_bench_runs_each_installed_suite_and_passes_options(monkeypatch, capsys):
     calls = []
     monkeypatch.setattr(subprocess, "call", lambda cmd: calls.append(cmd) or len(calls) - 1)
-    code = cli.main(["bench", "--quick", "--no-peers"])
-    assert code == 1  # the first non-zero exit status of the scripts (here: the second's)
-    assert [os.path.basename(c[1]) for c in calls] == ["bench_layers.py", "bench_models.py"]
-    assert all(c[0] == sys.executable and c[2:] == ["--quick", "--no-peers"] for c in calls)
-    assert all(os.path.isfile(c[1]) for c in calls)
-    assert "bench_models.py finished" in capsys.readouterr().err
+    code = cli.main(["bench", "--quick", "--no-peers", "--results", "out"])
+    assert code == 1  # the first non-zero exit status of the suites (here: the second's)
+    modules = ["tvm_fuse.bench.bench_layers", "tvm_fuse.bench.bench_models"]
+    assert [c[:3] for c in calls] == [[sys.executable, "-m", m] for m in modules]
+    assert all(c[3:] == ["--results", "out", "--quick", "--no-peers"] for c in calls)
+    assert all(importlib.util.find_spec(m) is not None for m in modules)
+    assert "tvm_fuse.bench.bench_models finished" in capsys.readouterr().err
 
 
-def test_bench_one_suite(monkeypatch):
+def test_bench_one_suite_with_its_json(monkeypatch):
     calls = []
     monkeypatch.setattr(subprocess, "call", lambda cmd: calls.append(cmd) or 0)
-    assert cli.main(["bench", "models"]) == 0
-    assert [os.path.basename(c[1]) for c in calls] == ["bench_models.py"] and calls[0][2:] == []
+    assert cli.main(["bench", "zoo", "--json", "z.json"]) == 0
+    assert calls == [
+        [sys.executable, "-m", "tvm_fuse.bench.zoo", "--results", "bench-results"]
+        + ["--json", "z.json"]
+    ]
+
+
+def test_bench_refuses_one_json_for_several_suites(monkeypatch, capsys):
+    monkeypatch.setattr(subprocess, "call", lambda cmd: pytest.fail(f"ran {cmd}"))
+    code, _, err = _run(capsys, "bench", "--json", "all.json")
+    _assert_user_error(code, err, "--json all.json", "--results")

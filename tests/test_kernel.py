@@ -5,6 +5,7 @@ Each case is one LLVM build. The cases cover every value of the issue's list (Ci
 1/7/56) without a cross product; whether a case takes the fast path depends on the target's VL.
 """
 
+import dataclasses
 import json
 
 import numpy as np
@@ -16,9 +17,11 @@ from tvm.topi.testing import conv2d_nhwc_python, dilate_python
 
 import tvm_fuse
 from tvm_fuse import strategy
-from tvm_fuse.op import fused_conv2d
+from tvm_fuse.passes.pack import PackWeights
+from tvm_fuse.testing import fused_conv_call
 from tvm_fuse.schedules import conv2d_nhwc_fused as fast
 from tvm_fuse.schedules import packing
+from tvm_fuse.spec import KernelSpec, TensorSpec
 
 
 def host_target():
@@ -60,21 +63,14 @@ def make_inputs(rng, batch, size, ci, co, kernel, with_residual, out_shape):
     return data, weight, bias, residual
 
 
-def out_shape_of(batch, size, co, kernel, stride, dilation, padding):
-    window = (kernel - 1) * dilation + 1
-    ho = (size + padding[0] + padding[2] - window) // stride + 1
-    wo = (size + padding[1] + padding[3] - window) // stride + 1
-    return (batch, ho, wo, co)
-
-
 def build_fused(data, weight, bias, residual, conv, activation, alpha):
     x = relay.var("x", shape=data.shape)
     r = None if residual is None else relay.var("r", shape=residual.shape)
-    call = fused_conv2d(
+    call = fused_conv_call(
         x, relay.const(weight), relay.const(bias), r, activation=activation, alpha=alpha, **conv
     )
     params = [x] if r is None else [x, r]
-    mod = tvm.IRModule.from_expr(relay.Function(params, call))
+    mod = PackWeights(host_target())(tvm.IRModule.from_expr(relay.Function(params, call)))
     with tvm.transform.PassContext(opt_level=3):
         return relay.build(mod, target=host_target()), mod
 
@@ -90,14 +86,16 @@ def run(lib, data, residual):
 
 def fast_path_expected(mod):
     call = relay.transform.InferType()(mod)["main"].body
-    spec = tvm_fuse.op.spec_from_call(call)
+    spec = tvm_fuse.op.spec_of_call(call)
     return strategy.fast_path_refusal(spec, host_target()) is None
 
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_relay_op_matches_numpy(case, rng):
     batch, size, ci, co, kernel, stride, dil, padding, activation, with_residual = case
-    out_shape = out_shape_of(batch, size, co, kernel, stride, dil, padding)
+    out_shape = KernelSpec.conv(
+        (batch, size, size, ci), (kernel, kernel, ci, co), (stride,) * 2, padding, (dil,) * 2
+    ).out.shape
     data, weight, bias, residual = make_inputs(
         rng, batch, size, ci, co, kernel, with_residual, out_shape
     )
@@ -133,19 +131,11 @@ def te_kernel(batch, size, ci, co, kernel, stride, dil, padding):
         co_vectors = packing.padded_channels(co, lanes) // lanes
         weight = te.placeholder((co_vectors, kernel, kernel, ci, lanes), name="weight")
         bias = te.placeholder((co,), name="bias")
-        out = fast.compute(
-            data,
-            weight,
-            bias,
-            None,
-            strides=(stride, stride),
-            padding=padding,
-            dilation=(dil, dil),
-            out_dtype="float32",
-            activation="relu",
-            alpha=0.0,
-            channels=co,
-        )
+        spec = KernelSpec.conv(
+            data.shape, (kernel, kernel, ci, co), (stride, stride), padding, (dil, dil)
+        ).with_epilogue(bias=True, activation="relu")
+        packed = TensorSpec(weight.shape, packing.packed_layout(lanes), "float32")
+        out = fast.compute(dataclasses.replace(spec, weight=packed), data, weight, bias, None)
         return fast.schedule([out]), [data, weight, bias, out], lanes
 
 

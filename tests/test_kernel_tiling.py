@@ -1,8 +1,23 @@
-"""The analytic tile model (no LLVM build): register budget, divisibility, the chosen tiles."""
+"""The analytic tile model (no LLVM build): register budget, divisibility, the chosen tiles, and
+the template's fallback config for the layer benchmark's layers."""
+
+import dataclasses
+import sys
+from pathlib import Path
 
 import pytest
+import tvm
+from tvm import autotvm, te
 
-from tvm_fuse.schedules import tiling
+from tvm_fuse.schedules import conv2d_nhwc_fused as fast
+from tvm_fuse.schedules import packing, tiling
+from tvm_fuse.spec import KernelSpec
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # ``benchmarks`` is a folder of the repo, not an installed package
+    sys.path.insert(0, str(REPO))
+
+from benchmarks import bench_layers  # noqa: E402
 
 
 @pytest.mark.parametrize("lanes", [4, 8, 16])
@@ -82,3 +97,56 @@ def test_avx512_weights_that_fit_l1_keep_the_base_tile():
 def test_avx2_and_the_host_l1():
     assert not tiling.machine_for(8).l2_weight_model and tiling.machine_for(16).l2_weight_model
     assert tiling.host_l1d_bytes() >= 16 * 1024
+
+
+# -- the template's fallback config: the model's tiles, through the spec ------------------------
+#: (owb, ocb, flat, Ci block) the template chose for the layer benchmark's layers before its
+#: arguments became the spec's named fields (L1d 32 KiB); a change here changes speed.
+LAYER_TILES = {
+    ("stem", 8): (6, 2, 0, 3),
+    ("l1", 8): (6, 2, 0, 64),
+    ("seed", 8): (6, 2, 0, 64),
+    ("l2", 8): (6, 2, 0, 128),
+    ("l3", 8): (6, 2, 1, 256),
+    ("l4", 8): (5, 2, 1, 512),
+    ("down", 8): (6, 2, 0, 64),
+    ("stem", 16): (14, 2, 0, 3),
+    ("l1", 16): (7, 4, 0, 64),
+    ("seed", 16): (7, 4, 0, 64),
+    ("l2", 16): (7, 4, 0, 128),
+    ("l3", 16): (6, 4, 1, 256),
+    ("l4", 16): (5, 4, 1, 512),
+    ("down", 16): (4, 4, 0, 64),
+}
+TARGETS = {8: "llvm -mcpu=znver3", 16: "llvm -mcpu=skylake-avx512"}
+
+
+@pytest.mark.parametrize(
+    "layer, lanes", LAYER_TILES.keys(), ids=[f"{n}-{l}" for n, l in LAYER_TILES]
+)
+def test_template_fallback_is_the_tile_model_for_the_benchmark_layers(layer, lanes, monkeypatch):
+    base_machine = tiling.machine_for
+    monkeypatch.setattr(
+        tiling, "machine_for", lambda vl: dataclasses.replace(base_machine(vl), l1_bytes=32 * 1024)
+    )
+    layer = bench_layers.LAYERS[layer]
+    spec = KernelSpec.conv(
+        (1, layer.hw, layer.hw, layer.cin),
+        (layer.kernel, layer.kernel, layer.cin, layer.cout),
+        (layer.stride,) * 2,
+        (layer.pad,) * 4,
+    ).with_epilogue(bias=True, activation="relu")
+    spec = dataclasses.replace(spec, weight=packing.packed_weight(spec, lanes))
+    data, bias = (
+        te.placeholder(t.shape, name=n) for n, t in (("data", spec.data), ("b", spec.bias))
+    )
+    weight = te.placeholder((layer.kernel, layer.kernel, layer.cin, layer.cout), name="w")
+    args = fast.workload_args(spec, data, weight, bias, None)
+    target = tvm.target.Target(TARGETS[lanes])
+    task = autotvm.task.create(fast.NAME, autotvm.task.serialize_args(args), target)
+    config = autotvm.task.space.FallbackConfigEntity()
+    with target:
+        task.instantiate(config)
+    chosen = (config["owb"].val, config["ocb"].val, config["flat"].val, config["tile_ic"].size[-1])
+    assert chosen == LAYER_TILES[layer.name, lanes]
+    assert (config["pad_at_row"].val, config["ic_outside"].val) == (int(not chosen[2]), 0)

@@ -97,7 +97,10 @@ def test_validate_catches_an_overlap():
     result = memory.plan(_mod(relay.exp(relay.nn.relu(x)), x), fuse_opt_level=0)
     first, second = result.buffers
     broken = type(result)(
-        **{**result.__dict__, "buffers": (first, type(second)(**{**second.__dict__, "offset": 0}))}
+        **{
+            **result.__dict__,
+            "buffers": (first, type(second)(**{**second.__dict__, "offset": first.offset})),
+        }
     )
     with pytest.raises(memory.OverlapError, match="overlaps"):
         broken.validate()

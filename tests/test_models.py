@@ -1,4 +1,4 @@
-"""Whole networks through tvm_fuse (issue 4): the NHWC graph between the fused kernels, the zoo.
+"""Whole networks through tvm_fuse: the NHWC graph between the fused kernels, the zoo.
 
 Numeric checks compare ``tvm_fuse.build`` with stock ``relay.build`` of the original module. The
 other zoo models (ResNet-50, MobileNet, VGG, SqueezeNet, Inception, DenseNet, batch 2) run in
@@ -14,7 +14,7 @@ from tvm import relay
 
 import tvm_fuse
 from tvm_fuse import exit_op, models, testing
-from tvm_fuse.examples import conv_bn_layer, random_inputs
+from tvm_fuse.examples import conv_bn_layer
 from tvm_fuse.ir_utils import count_ops
 from tvm_fuse.passes.layout import count_layout_transforms
 
@@ -34,7 +34,7 @@ def _dense(x, name, units, params, rng):
 
 
 def between_kernels(batch=1):
-    """conv-BN-relu layers with every op issue 4 lists between them (NCHW, seeded)::
+    """conv-BN-relu layers with the ops real networks put between them (NCHW, seeded)::
 
     conv -> max_pool -> pad -> {conv, conv} -> concatenate -> multiply(per-channel const)
     -> {conv 1x1 -> add(shortcut)} -> avg_pool -> {global_avg_pool -> batch_flatten -> dense,
@@ -79,14 +79,6 @@ def _calls(mod, *names):
     return calls
 
 
-def _assert_matches_stock(mod, params, rtol=1e-5):
-    inputs = random_inputs(mod, params)
-    lib = tvm_fuse.build(mod, params)
-    ref = testing.run(testing.build_stock(mod, params), inputs)
-    testing.assert_close(testing.run(lib, inputs), ref, rtol=rtol)
-    return lib
-
-
 # -- the ops between fused kernels -----------------------------------------------------------
 def test_between_kernels_graph_is_nhwc_throughout():
     mod, params = between_kernels()
@@ -101,7 +93,7 @@ def test_between_kernels_graph_is_nhwc_throughout():
 @pytest.mark.parametrize("batch", [1, 2])
 def test_between_kernels_graph_matches_stock(batch):
     mod, params = between_kernels(batch)
-    lib = _assert_matches_stock(mod, params)
+    lib = testing.assert_matches_stock(mod, params)
     assert len(models.built_layout_transforms(lib)) <= 3
 
 
@@ -112,7 +104,7 @@ def test_grouped_and_depthwise_convs_take_the_stock_nhwc_path():
     assert sorted(int(c.attrs.groups) for c in convs) == [2, 8]
     assert all(c.attrs.data_layout == "NHWC" for c in convs)
     assert [spec.ops for spec in tvm_fuse.describe(optimized)] == [("conv2d", "bias", "relu")]
-    _assert_matches_stock(mod, params)
+    testing.assert_matches_stock(mod, params)
 
 
 # -- the zoo, without building -----------------------------------------------------------------
@@ -159,5 +151,5 @@ def test_resnet18_every_conv_is_fused(resnet18):
 @pytest.mark.slow
 def test_resnet18_matches_stock(resnet18):
     mod, params, _ = resnet18
-    lib = _assert_matches_stock(mod, params, rtol=1e-4)
+    lib = testing.assert_matches_stock(mod, params, rtol=1e-4)
     assert len(models.built_layout_transforms(lib)) <= 2

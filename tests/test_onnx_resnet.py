@@ -1,6 +1,6 @@
-"""ResNet-18 from PyTorch through ONNX (issue 4): tvm_fuse.build equals ONNX Runtime and PyTorch.
+"""ResNet-18 from PyTorch through ONNX: tvm_fuse.build equals ONNX Runtime and PyTorch.
 
-The network is ``benchmarks.bench_models.torch_resnet`` (relay.testing's pre-activation ResNet
+The network is ``tvm_fuse.bench.bench_models.torch_resnet`` (relay.testing's pre-activation ResNet
 v2 in PyTorch) with random weights and random BN statistics, exported with its
 BatchNormalization nodes kept, so that ``from_onnx`` hands tvm_fuse real BNs to fold.
 """
@@ -17,7 +17,7 @@ onnx = pytest.importorskip("onnx")
 from tvm import relay  # noqa: E402
 
 import tvm_fuse  # noqa: E402
-from tvm_fuse import models, testing  # noqa: E402
+from tvm_fuse import models, onnx_compat, testing  # noqa: E402
 
 OPSET = 13
 SHAPE = (1, 3, 224, 224)
@@ -42,7 +42,7 @@ def export(net, data) -> "onnx.ModelProto":
 
 @pytest.mark.slow
 def test_onnx_resnet18_matches_onnxruntime_and_pytorch():
-    from benchmarks.bench_models import torch_resnet  # pylint: disable=import-outside-toplevel
+    from tvm_fuse.bench.bench_models import torch_resnet  # pylint: disable=import-outside-toplevel
 
     _, params = models.zoo_workload("resnet-18")
     net = torch_resnet(18, params)
@@ -56,6 +56,7 @@ def test_onnx_resnet18_matches_onnxruntime_and_pytorch():
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     (expected_ort,) = session.run(None, {"data": data})
 
+    onnx_compat.install()  # any onnx: TVM's importer reads onnx.mapping
     mod, onnx_params = relay.frontend.from_onnx(model, shape={"data": SHAPE})
     assert len(tvm_fuse.describe(tvm_fuse.optimize(mod, onnx_params))) == 21
     (got,) = testing.run(tvm_fuse.build(mod, onnx_params), {"data": data})

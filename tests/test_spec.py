@@ -1,11 +1,13 @@
 """KernelSpec: printing, JSON round trip, and conversion to and from the fused op's attrs."""
 
+import dataclasses
+
 import pytest
 import tvm
 from tvm import relay
 
 from tvm_fuse import op as fused_op
-from tvm_fuse.spec import KernelSpec, TensorSpec
+from tvm_fuse.spec import KernelSpec, TensorSpec, conv_output_hw, layout_lanes
 
 SEED = KernelSpec(
     data=TensorSpec((1, 56, 56, 64), "NHWC", "float32"),
@@ -53,14 +55,70 @@ def test_unknown_activation_is_a_clear_error():
         KernelSpec(SEED.data, SEED.weight, SEED.out, activation="gelu")
 
 
-def test_attrs_and_spec_convert_both_ways():
+def test_call_and_spec_convert_both_ways():
     data = relay.var("data", shape=SEED.data.shape)
     weight = relay.var("weight", shape=SEED.weight.shape)
     bias = relay.var("bias", shape=SEED.bias.shape)
-    call = relay.Call(
-        relay.op.get(fused_op.OP_NAME), [data, weight, bias], fused_op.attrs_from_spec(SEED)
-    )
+    call = fused_op.fused_call(SEED, data, weight, bias)
+    assert fused_op.spec_of_call(call) == SEED  # before type inference
     mod = relay.transform.InferType()(
         tvm.IRModule.from_expr(relay.Function([data, weight, bias], call))
     )
-    assert fused_op.spec_from_call(mod["main"].body) == SEED
+    body = mod["main"].body
+    assert fused_op.spec_of_call(body) == SEED
+    assert tuple(body.checked_type.shape) == SEED.out.shape  # the type relation reads the spec
+
+
+def test_leaky_relu_alpha_round_trips_exactly():
+    spec = dataclasses.replace(SEED, activation="leaky_relu", alpha=0.1)
+    call = fused_op.fused_call(spec, relay.var("x"), relay.var("w"), relay.var("b"))
+    assert fused_op.spec_of_call(call).alpha == 0.1
+
+
+def test_arguments_must_match_the_spec():
+    data = relay.var("data", shape=SEED.data.shape)
+    weight = relay.var("weight", shape=SEED.weight.shape)
+    with pytest.raises(ValueError, match="the spec has a bias; pass bias="):
+        fused_op.fused_call(SEED, data, weight)
+    wrong = relay.var("bias", shape=(64,))
+    call = fused_op.fused_call(SEED, data, weight, wrong)
+    with pytest.raises(ValueError, match=r"argument bias is float32\[64\]"):
+        relay.transform.InferType()(
+            tvm.IRModule.from_expr(relay.Function([data, weight, wrong], call))
+        )
+
+
+def test_conv_spec_computes_the_output_size():
+    spec = KernelSpec.conv((1, 56, 56, 64), (3, 3, 64, 128), strides=(2, 2), padding=(1, 1, 1, 1))
+    assert spec.with_epilogue(bias=True, activation="relu") == SEED
+
+
+@pytest.mark.parametrize(
+    "hw, kernel, strides, padding, dilation",
+    [
+        ((9, 10), (3, 3), (2, 1), (0, 1, 2, 1), (2, 2)),
+        ((224, 224), (7, 7), (2, 2), (3,) * 4, (1, 1)),
+    ],
+)
+def test_output_size_matches_relay_conv2d(hw, kernel, strides, padding, dilation):
+    data = relay.var("x", shape=(1, *hw, 4))
+    weight = relay.var("w", shape=(*kernel, 4, 8))
+    conv = relay.nn.conv2d(
+        data, weight, strides, padding, dilation, data_layout="NHWC", kernel_layout="HWIO"
+    )
+    ty = relay.transform.InferType()(tvm.IRModule.from_expr(conv))["main"].ret_type
+    assert conv_output_hw(hw, kernel, strides, padding, dilation) == tuple(ty.shape[1:3])
+
+
+@pytest.mark.parametrize("layout, lanes", [("HWIO", None), ("OHWI8o", 8), ("OHWI16o", 16)])
+def test_lanes_come_from_the_weight_layout(layout, lanes):
+    assert layout_lanes(layout) == lanes
+
+
+def test_winograd_needs_a_tile():
+    with pytest.raises(ValueError, match="winograd_tile 0 does not fit algorithm 'winograd'"):
+        dataclasses.replace(SEED, algorithm="winograd")
+    spec = dataclasses.replace(SEED, algorithm="winograd", winograd_tile=4)
+    assert spec.kernel_size == (3, 3)
+    assert str(spec).splitlines()[-1] == "algorithm: winograd F(4x4, 3x3)"
+    assert KernelSpec.from_json(spec.to_json()) == spec

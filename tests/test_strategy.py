@@ -1,8 +1,10 @@
-"""The meeting point: which implementation the strategy picks, and compile-time weight packing.
+"""The meeting point: which implementation the strategy picks, and the weight packing it asks for.
 
 No LLVM build here: implementations are selected with ``select_implementation`` and the packing
-is checked on the Relay module after AlterOpLayout + FoldConstant.
+is checked on the Relay module after ``PackWeights``.
 """
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -12,7 +14,9 @@ from tvm.relay.backend import te_compiler
 
 import tvm_fuse  # noqa: F401  (registers the op and its strategy)
 from tvm_fuse import strategy
-from tvm_fuse.op import OP_NAME, fused_conv2d, make_attrs, read_attrs
+from tvm_fuse.op import OP_NAME, spec_attrs, spec_of_call
+from tvm_fuse.passes.pack import PackWeights
+from tvm_fuse.testing import fused_conv_call
 from tvm_fuse.schedules import conv2d_nhwc_fused, generic, packing
 from tvm_fuse.spec import KernelSpec, TensorSpec
 
@@ -27,8 +31,13 @@ LANES = strategy.simd_lanes(host_target())
 def select(kernel_layout, weight_shape, co, target):
     data = te.placeholder((1, 14, 14, 16), name="data")
     weight = te.placeholder(weight_shape, name="weight")
-    attrs = make_attrs(
-        strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1), kernel_layout=kernel_layout
+    attrs = spec_attrs(
+        KernelSpec(
+            data=TensorSpec(data.shape, "NHWC", "float32"),
+            weight=TensorSpec(weight_shape, kernel_layout, "float32"),
+            out=TensorSpec((1, 14, 14, co), "NHWC", "float32"),
+            padding=(1, 1, 1, 1),
+        )
     )
     out_type = relay.TensorType((1, 14, 14, co), "float32")
     op = relay.op.get(OP_NAME)
@@ -51,10 +60,10 @@ def test_hwio_weight_selects_the_generic_kernel():
 
 
 def test_non_cpu_target_with_packed_weight_is_a_clear_error():
-    with pytest.raises(ValueError, match=f"{OP_NAME}: kernel_layout 'OHWI8o' needs"):
-        strategy._generic_strategy(
-            make_attrs(strides=(1, 1), padding=(0,) * 4, dilation=(1, 1), kernel_layout="OHWI8o")
-        )
+    packed = TensorSpec((2, 3, 3, 16, 8), "OHWI8o", "float32")
+    attrs = spec_attrs(dataclasses.replace(spec(co=16), weight=packed))
+    with pytest.raises(ValueError, match=f"{OP_NAME}: weight layout 'OHWI8o' needs"):
+        strategy._generic_strategy(attrs)
 
 
 def spec(co=32, dtype="float32", out_hw=14):
@@ -88,30 +97,22 @@ def test_fast_path_applies_to_any_channel_count(co):
 def packed_module(co, target=None):
     x = relay.var("x", shape=(1, 14, 14, 16))
     weight = relay.const(tvm.nd.array(np.ones((3, 3, 16, co), "float32")))
-    call = fused_conv2d(x, weight, strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1))
+    call = fused_conv_call(x, weight, padding=(1, 1, 1, 1))
     mod = tvm.IRModule.from_expr(relay.Function([x], call))
-    seq = tvm.transform.Sequential(
-        [
-            relay.transform.InferType(),
-            relay.transform.AlterOpLayout(),
-            relay.transform.FoldConstant(),
-        ]
-    )
-    with target or host_target(), tvm.transform.PassContext(opt_level=3):
-        return seq(mod)["main"].body
+    return PackWeights(target or host_target())(mod)["main"].body
 
 
-def test_alter_layout_packs_the_weight_constant_at_compile_time():
+def test_pack_weights_packs_the_weight_constant_at_compile_time():
     call = packed_module(co=4 * LANES)
-    assert read_attrs(call.attrs)["kernel_layout"] == packing.packed_layout(LANES)
+    assert spec_of_call(call).weight.layout == packing.packed_layout(LANES)
     assert isinstance(call.args[1], relay.Constant)  # layout_transform folded away
     assert tuple(call.args[1].data.shape) == (4, 3, 3, 16, LANES)
 
 
 def test_odd_co_is_padded_to_whole_vectors_and_selects_the_fast_kernel():
     call = packed_module(co=LANES + 1)
-    attrs = read_attrs(call.attrs)
-    assert (attrs["kernel_layout"], attrs["channels"]) == (packing.packed_layout(LANES), LANES + 1)
+    packed = spec_of_call(call)
+    assert (packed.weight.layout, packed.out_channels) == (packing.packed_layout(LANES), LANES + 1)
     assert tuple(call.args[1].data.shape) == (2, 3, 3, 16, LANES)  # Co padded to 2 vectors
     assert tuple(call.checked_type.shape) == (1, 14, 14, LANES + 1)  # the type keeps the real Co
     assert not call.args[1].data.numpy()[1, ..., 1:].any()  # the padding channels are zero
@@ -122,8 +123,7 @@ def test_odd_co_is_padded_to_whole_vectors_and_selects_the_fast_kernel():
     assert impl.name == conv2d_nhwc_fused.NAME
 
 
-def test_alter_layout_leaves_fallback_cases_in_hwio():
+def test_pack_weights_leaves_fallback_cases_in_hwio():
     call = packed_module(co=LANES + 1, target=tvm.target.Target("llvm -mtriple=aarch64-linux-gnu"))
-    assert read_attrs(call.attrs)["kernel_layout"] == "HWIO"
-    assert "channels" not in call.attrs
+    assert spec_of_call(call).weight.layout == "HWIO"
     assert tuple(call.args[1].data.shape) == (3, 3, 16, LANES + 1)

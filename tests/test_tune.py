@@ -19,35 +19,11 @@ from tvm.autotvm.measure import MeasureInput, MeasureResult
 
 import tvm_fuse
 from tvm_fuse import examples, onnx_example, strategy, testing
+from tvm_fuse.schedules import conv2d_nhwc_fused
 from tvm_fuse.errors import UserError
 from tvm_fuse.tuning import RecordsError, check_records, cli, extract_tasks, tuner
 
 FAST = "conv2d_nhwc_fused.x86"
-
-
-def small_layer(cin=16, size=14, channels=16, **layer):
-    return examples.conv_bn_act(data_shape=(1, cin, size, size), channels=channels, **layer)
-
-
-class QueryRecorder(autotvm.task.DispatchContext):
-    """Records every workload the build asks a config for, and answers nothing."""
-
-    def __init__(self):
-        super().__init__()
-        self.workloads = set()
-
-    def _query_inside(self, target, workload):
-        self.workloads.add(workload)
-
-    def update(self, target, workload, cfg):
-        pass
-
-
-def built_workloads(mod, params, **build):
-    recorder = QueryRecorder()
-    with recorder:
-        tvm_fuse.build(mod, params, **build)
-    return {w for w in recorder.workloads if w[0] == FAST}
 
 
 def write_log(path, task, indices, target=None, cost=1e-3):
@@ -60,15 +36,9 @@ def write_log(path, task, indices, target=None, cost=1e-3):
     return str(path)
 
 
-def check_against_stock(mod, params, lib):
-    inputs = examples.random_inputs(mod, params)
-    reference = testing.run(testing.build_stock(mod, params), inputs)
-    testing.assert_close(testing.run(lib, inputs), reference)
-
-
 @pytest.fixture(scope="module")
 def layer_task():
-    mod, params = small_layer()
+    mod, params = examples.small_layer()
     (task,) = extract_tasks(mod, params)
     return task
 
@@ -83,13 +53,18 @@ def test_tasks_are_the_workloads_the_build_queries():
     mod, params = examples.basic_block(data_shape=(1, 16, 14, 14))
     tasks = extract_tasks(mod, params)
     assert [t.name for t in tasks] == [FAST] * len(tasks)
-    assert {t.workload for t in tasks} == built_workloads(mod, params)
+    assert {t.workload for t in tasks} == set(testing.fused_workloads(mod, params))
     assert len(tasks) == 2  # conv1 and conv2 (+ residual): different workloads
-    assert all(len(t.workload[2][1]) == 5 for t in tasks)  # packed weights
+    for task in tasks:  # the logical task: the HWIO weight, and the lanes it is packed with
+        fields = conv2d_nhwc_fused.describe_workload(task.workload)
+        assert fields["weight"][1] == (3, 3, 16, 16)
+        assert fields["lanes"] == strategy.simd_lanes(tvm_fuse.host_target())
 
 
 def test_generic_fallback_gives_no_task():
-    mod, params = small_layer(size=2)  # a tiny output: the generic kernel, which has no knobs
+    mod, params = examples.small_layer(
+        size=2
+    )  # a tiny output: the generic kernel, which has no knobs
     (spec,) = tvm_fuse.describe(tvm_fuse.optimize(mod, params))
     assert strategy.fast_path_refusal(spec, tvm_fuse.host_target()) is not None
     assert extract_tasks(mod, params) == []
@@ -109,8 +84,8 @@ def test_resnet18_one_task_per_distinct_fast_workload():
 # -- records: validated as a whole, then applied -------------------------------------------------
 def test_records_of_another_layer_build_with_the_default(tmp_path, layer_task):
     log = write_log(tmp_path / "other.log", layer_task, [3])
-    mod, params = small_layer(cin=8, size=12, channels=24, kernel=1, padding=0)
-    check_against_stock(mod, params, tvm_fuse.build(mod, params, tuning_records=log))
+    mod, params = examples.small_layer(cin=8, size=12, channels=24, kernel=1, padding=0)
+    testing.assert_matches_stock(mod, params, tvm_fuse.build(mod, params, tuning_records=log))
 
 
 def test_applied_records_change_the_schedule_and_stay_correct(tmp_path, layer_task):
@@ -121,8 +96,8 @@ def test_applied_records_change_the_schedule_and_stay_correct(tmp_path, layer_ta
     with autotvm.apply_history_best(records) as best:
         chosen = best.query(layer_task.target, layer_task.workload)
     assert chosen.index == index and not chosen.is_fallback
-    mod, params = small_layer()
-    check_against_stock(mod, params, tvm_fuse.build(mod, params, tuning_records=log))
+    mod, params = examples.small_layer()
+    testing.assert_matches_stock(mod, params, tvm_fuse.build(mod, params, tuning_records=log))
 
 
 def corrupt(lines):
@@ -165,7 +140,7 @@ def test_bad_logs_are_refused_whole(tmp_path, layer_task, spoil, message):
     bad.write_text("".join(spoil(lines)), encoding="utf-8")
     with pytest.raises(RecordsError, match=message):
         check_records(bad)
-    mod, params = small_layer()
+    mod, params = examples.small_layer()
     with pytest.raises(RecordsError, match=message):
         tvm_fuse.build(mod, params, tuning_records=str(bad))
     assert isinstance(autotvm.task.DispatchContext.current, autotvm.task.FallbackContext)
@@ -192,7 +167,7 @@ def test_default_config_index_is_the_fallback_schedule(layer_task):
 
 
 def test_tune_locally_then_build_with_the_records(tmp_path):
-    mod, params = small_layer()
+    mod, params = examples.small_layer()
     log, stream = tmp_path / "tune.log", io.StringIO()
     runner = tuner.local_runner(number=1, repeat=1, timeout=5)
     done = tvm_fuse.tune(
@@ -205,7 +180,7 @@ def test_tune_locally_then_build_with_the_records(tmp_path):
     assert len(records) == 4 and all(res.error_no == 0 for _, res in records)
     assert records[0][0].config.index == tuner.default_config_index(task_of(mod, params))
     assert "[1/1] data [1,14,14,16]" in stream.getvalue() and "4/4 trials" in stream.getvalue()
-    check_against_stock(mod, params, tvm_fuse.build(mod, params, tuning_records=str(log)))
+    testing.assert_matches_stock(mod, params, tvm_fuse.build(mod, params, tuning_records=str(log)))
 
 
 @pytest.mark.parametrize(
@@ -218,7 +193,7 @@ def test_tune_locally_then_build_with_the_records(tmp_path):
     ],
 )
 def test_bad_tune_options_fail_before_any_work(tmp_path, options, message):
-    mod, params = small_layer()
+    mod, params = examples.small_layer()
     with pytest.raises(ValueError, match=message):
         tvm_fuse.tune(mod, params, log_file=tmp_path / "x.log", **options)
     assert not (tmp_path / "x.log").exists()

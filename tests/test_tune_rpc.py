@@ -97,19 +97,9 @@ def builder():
     return autotvm.LocalBuilder(timeout=20)
 
 
-def small_layer():
-    return examples.conv_bn_act(data_shape=(1, 16, 14, 14), channels=16)
-
-
-def check_against_stock(mod, params, lib):
-    inputs = examples.random_inputs(mod, params)
-    reference = testing.run(testing.build_stock(mod, params), inputs)
-    testing.assert_close(testing.run(lib, inputs), reference)
-
-
 def test_tune_through_the_tracker_then_build(farm, builder, tmp_path):
     host, port = farm
-    mod, params = small_layer()
+    mod, params = examples.small_layer()
     log, stream = tmp_path / "rpc.log", io.StringIO()
     done = tvm_fuse.tune(
         mod,
@@ -123,13 +113,13 @@ def test_tune_through_the_tracker_then_build(farm, builder, tmp_path):
     )
     assert done.records_written == 4 and done.tasks[0].failures < 4
     assert len(check_records(log)) == 4
-    check_against_stock(mod, params, tvm_fuse.build(mod, params, tuning_records=str(log)))
+    testing.assert_matches_stock(mod, params, tvm_fuse.build(mod, params, tuning_records=str(log)))
 
 
 def test_failed_measurements_are_logged_and_tuning_goes_on(farm, builder, tmp_path):
     host, port = farm
     runner = rpc_runner(KEY, host, port, number=1, repeat=1, timeout=1e-4)
-    mod, params = small_layer()
+    mod, params = examples.small_layer()
     log, stream = tmp_path / "failed.log", io.StringIO()
     done = tvm_fuse.tune(
         mod, params, log_file=log, n_trial=2, runner=runner, builder=builder, stream=stream
@@ -138,7 +128,7 @@ def test_failed_measurements_are_logged_and_tuning_goes_on(farm, builder, tmp_pa
     assert "no valid measurement" in stream.getvalue()
     records = check_records(log)
     assert len(records) == 2 and all(res.error_no != 0 for _, res in records)
-    check_against_stock(mod, params, tvm_fuse.build(mod, params, tuning_records=str(log)))
+    testing.assert_matches_stock(mod, params, tvm_fuse.build(mod, params, tuning_records=str(log)))
 
 
 def test_ctrl_c_keeps_the_records_written_so_far(farm, builder, tmp_path):
@@ -147,7 +137,7 @@ def test_ctrl_c_keeps_the_records_written_so_far(farm, builder, tmp_path):
     def interrupt(_tuner, _inputs, _results):
         raise KeyboardInterrupt
 
-    mod, params = small_layer()
+    mod, params = examples.small_layer()
     log, stream = tmp_path / "interrupted.log", io.StringIO()
     with pytest.raises(KeyboardInterrupt):
         tvm_fuse.tune(
@@ -176,7 +166,7 @@ def test_unknown_key_is_a_clear_error(farm):
 
 
 def test_unreachable_tracker_is_a_clear_error(tmp_path):
-    mod, params = small_layer()
+    mod, params = examples.small_layer()
     start_time = time.monotonic()
     with pytest.raises(TrackerError, match="unreachable"):
         tvm_fuse.tune(

@@ -22,10 +22,9 @@ from tvm.driver.tvmc.target import target_from_cli
 import tvm_fuse
 from tvm_fuse import cli, onnx_example
 from tvm_fuse import tvmc as fuse_tvmc
-from tvm_fuse.testing import relative_error
+from tvm_fuse.testing import MODEL_RTOL, fused_workloads, relative_error
 from tvm_fuse.schedules import conv2d_nhwc_fused
 
-RTOL = 1e-4  # DESIGN.md §3
 TARGET = str(tvm_fuse.host_target())
 FUSED_KERNEL = "fused_tvm_fuse_conv2d_nhwc_fused"
 
@@ -58,7 +57,7 @@ def _assert_same_outputs(got: dict, ref: dict) -> None:
     assert sorted(got) == sorted(ref)
     for name, value in ref.items():
         assert got[name].shape == value.shape
-        assert relative_error(got[name], value) <= RTOL
+        assert relative_error(got[name], value) <= MODEL_RTOL
         np.testing.assert_array_equal(np.argsort(got[name])[:, -3:], np.argsort(value)[:, -3:])
 
 
@@ -134,27 +133,6 @@ def test_tvm_fuse_tvmc_keeps_the_stock_options(capsys):
         assert option in out
 
 
-class _Recorder(autotvm.task.DispatchContext):
-    """Notes every AutoTVM workload a build asks for, and answers nothing."""
-
-    def __init__(self):
-        super().__init__()
-        self.workloads = []
-
-    def _query_inside(self, target, workload):
-        self.workloads.append(workload)
-
-    def update(self, target, workload, cfg):  # stock alter-layout hooks (dense_pack) call it
-        self._old_ctx.update(target, workload, cfg)
-
-
-def _fused_workloads(model) -> list:
-    with _Recorder() as recorder:
-        tvm_fuse.build(model.mod, model.params, TARGET)
-    found = [w for w in recorder.workloads if w[0] == conv2d_nhwc_fused.NAME]
-    return list(dict.fromkeys(found))
-
-
 def _write_records(path, workloads) -> dict:
     """One record per workload with config 0 of its space (not the analytic fallback)."""
     chosen = {}
@@ -171,7 +149,7 @@ def _write_records(path, workloads) -> dict:
 
 def test_tuning_records_pass_through_to_the_fused_kernels(work, monkeypatch):
     model = frontends.load_model(work["model"])
-    workloads = _fused_workloads(model)
+    workloads = fused_workloads(model.mod, model.params, target=TARGET)
     assert len(workloads) == 2
     records = str(work["root"] / "records.log")
     chosen = _write_records(records, workloads)

@@ -1,26 +1,38 @@
 """tvm_fuse: conv -> BatchNorm -> activation chains compiled into fused NHWC kernels for TVM Relay.
 
-Importing the package registers the fused Relay op and its TOPI strategy.
+The public names (``build``, ``pipeline``, ...) load on first use, and with them the fused Relay
+op and its TOPI strategy are registered; importing the bare package (as ``tvm-fuse --help``
+does) imports no TVM and leaves the process environment alone. How the pieces fit:
+``docs/architecture.md``.
 """
 
-import os
+import importlib
 
-# No network here: without this, autotvm tries to download TopHub logs on every build.
-os.environ.setdefault("TOPHUB_LOCATION", "NONE")
+from . import interrupts
+from .lazy import lazy_exports
 
-from . import op, strategy  # noqa: E402  (register the fused op and its strategy)
-from .pipeline import build, describe, optimize, pipeline  # noqa: E402
-from .spec import KernelSpec, TensorSpec  # noqa: E402
-from .target import host_target  # noqa: E402
-from .tuning import tune  # noqa: E402
+if interrupts.is_command_line():  # before TVM loads: Ctrl-C while it imports is one line too
+    interrupts.install()
 
-__all__ = [
-    "KernelSpec",
-    "TensorSpec",
-    "build",
-    "describe",
-    "host_target",
-    "optimize",
-    "pipeline",
-    "tune",
-]
+#: public name -> the submodule that defines it
+_EXPORTS = {
+    "KernelSpec": "spec",
+    "TensorSpec": "spec",
+    "build": "pipeline",
+    "describe": "pipeline",
+    "optimize": "pipeline",
+    "pipeline": "pipeline",
+    "host_target": "target",
+    "tune": "tuning",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def _register() -> None:
+    """Register the fused op and its strategy, and the tuning layer's log checker (which
+    ``build(..., tuning_records=...)`` uses through ``tvm_fuse.dispatch``)."""
+    importlib.import_module(".strategy", __name__)
+    importlib.import_module(".tuning.records", __name__)
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, before=_register)

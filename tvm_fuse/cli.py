@@ -1,15 +1,20 @@
 """The ``tvm-fuse`` command (also ``python -m tvm_fuse``).
 
     tvm-fuse demo                                   the seed's conv+BN+ReLU through the pipeline
-    tvm-fuse compile MODEL.onnx -o out.tar [--target T] [--input-shapes S] [--tuning-records F]
+    tvm-fuse compile MODEL.onnx [-o module.tar] [--target T] [--input-shapes S]
+                     [--tuning-records F]
     tvm-fuse explain MODEL.onnx [--input-shapes S] [--target T]
-    tvm-fuse bench [layers|models|all] [--quick] [script options...]
+    tvm-fuse tune MODEL.onnx -o LOG [--trials N] [--rpc-tracker HOST:PORT --rpc-key KEY]
+    tvm-fuse bench [layers|models|tuning|zoo|peak|all] [--quick] [--results DIR] [--json PATH]
     tvm-fuse tvmc ARGS...                           stock tvmc with the tvm_fuse composite target
 
-This module only parses the command line and keeps the error boundary: a
+Flags are spelled as tvmc spells them where they mean the same (``-o``, ``--target``,
+``--input-shapes``, ``--tuning-records``, ``--rpc-tracker``, ``--rpc-key``, ``-v``). This
+module only parses the command line and keeps the error boundary: a
 :class:`~tvm_fuse.errors.UserError` (or a command-line mistake) is one line on stderr and exit
 status 2, never a traceback. The work is in ``package``, ``explain``, ``demo`` and ``tvmc``,
-imported when a command runs so that ``--help`` stays fast (the lazy imports).
+imported when a command runs, and nothing imported here imports TVM, so that ``--help``
+answers at once.
 """
 
 from __future__ import annotations
@@ -18,17 +23,26 @@ import argparse
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-from tvm.driver.tvmc.shape_parser import parse_shape_string
-
+from .bench import RESULTS
+from .cli_options import add_model_options, add_verbosity, apply_verbosity
 from .errors import UserError
 from .progress import Progress
-from .tuning import add_cli as add_tune_cli
+from .tuning.cli import add_cli as add_tune_cli
 
 PROG = "tvm-fuse"
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-SUITES = {"layers": "bench_layers.py", "models": "bench_models.py"}
+#: ``tvm-fuse bench`` suite -> its module in ``tvm_fuse.bench`` (the repository's benchmarks/)
+SUITES = {
+    "layers": "bench_layers",
+    "models": "bench_models",
+    "tuning": "bench_tuning",
+    "zoo": "zoo",
+    "peak": "fma_peak",
+}
+#: what ``tvm-fuse bench`` (``all``) runs
+ALL = ("layers", "models")
+#: tvmc's default package name
+DEFAULT_PACKAGE = "module.tar"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -48,15 +62,15 @@ def _demo(_args, _extra) -> int:
 def _compile(args, _extra) -> int:
     from . import package  # pylint: disable=import-outside-toplevel
 
-    package.quiet_tvm_loggers()
-    output = args.output or Path(args.model).with_suffix(".tar").name
+    apply_verbosity(args, package.QUIET_LOGGERS)
     done = package.compile_onnx(
         args.model,
-        output,
+        args.output,
         target=args.target,
         input_shapes=args.input_shapes,
         tuning_records=args.tuning_records,
         progress=Progress(quiet=args.quiet),
+        force=args.force,
     )
     print(
         f"wrote {done.package}: a tvmc package with {len(done.kernels)} fused kernels for "
@@ -69,7 +83,7 @@ def _compile(args, _extra) -> int:
 def _explain(args, _extra) -> int:
     from . import explain, package, user_inputs  # pylint: disable=import-outside-toplevel
 
-    package.quiet_tvm_loggers()
+    apply_verbosity(args, package.QUIET_LOGGERS)
     progress = Progress(quiet=args.quiet)
     target = user_inputs.check_target(args.target)
     model = package.load_checked(args.model, args.input_shapes, progress)
@@ -80,23 +94,25 @@ def _explain(args, _extra) -> int:
     return 0
 
 
-def bench_commands(suite: str, quick: bool, extra) -> list[list[str]]:
-    """The benchmark script command lines ``tvm-fuse bench`` runs."""
-    if not BENCHMARKS.is_dir():
+def bench_commands(args, extra) -> list[list[str]]:
+    """The command lines ``tvm-fuse bench`` runs: one ``python -m tvm_fuse.bench.X`` per suite."""
+    names = list(ALL) if args.suite == "all" else [args.suite]
+    if args.json and len(names) > 1:
         raise UserError(
-            f"{BENCHMARKS}: the benchmarks are not installed; run 'tvm-fuse bench' from a "
-            "source checkout installed with 'pip install -e .'"
+            f"--json {args.json}: one file for {len(names)} suites ({', '.join(names)}); name "
+            "one suite, or give --results DIR to get DIR/SUITE.json for each"
         )
-    names = list(SUITES) if suite == "all" else [suite]
-    flags = (["--quick"] if quick else []) + list(extra)
-    return [[sys.executable, str(BENCHMARKS / SUITES[name]), *flags] for name in names]
+    flags = ["--results", str(args.results)] + (["--quick"] if args.quick else [])
+    flags += ["--json", str(args.json)] if args.json else []
+    module = f"{__package__}.bench."
+    return [[sys.executable, "-m", module + SUITES[name], *flags, *extra] for name in names]
 
 
 def _bench(args, extra) -> int:
     status = 0
-    for command in bench_commands(args.suite, args.quick, extra):
-        script = Path(command[1]).name
-        print(f"{PROG} bench: running {script} {' '.join(command[2:])}", file=sys.stderr)
+    for command in bench_commands(args, extra):
+        script = command[2]
+        print(f"{PROG} bench: running {script} {' '.join(command[3:])}", file=sys.stderr)
         start = time.perf_counter()
         code = subprocess.call(command)
         print(
@@ -109,48 +125,67 @@ def _bench(args, extra) -> int:
 
 
 def _tvmc(argv) -> int:
-    from . import tvmc  # pylint: disable=import-outside-toplevel
+    from . import tvmc, user_inputs  # pylint: disable=import-outside-toplevel
 
+    for arg in argv:  # tvmc's ONNX loader reads external data wherever the model points
+        if arg.lower().endswith(".onnx") and Path(arg).is_file():
+            user_inputs.read_onnx(arg)
     return tvmc.main(argv)
 
 
 # -- the parser ------------------------------------------------------------------------------
-def _add_model_options(command: argparse.ArgumentParser) -> None:
-    command.add_argument("model", metavar="MODEL.onnx", help="the ONNX model")
-    command.add_argument(
-        "--target", help="llvm target string (default: this CPU, e.g. 'llvm -mcpu=znver3')"
-    )
-    command.add_argument(
-        "--input-shapes",
-        type=parse_shape_string,
-        help='static input shapes, tvmc syntax: "data:[1,3,224,224] other:[1,10]"',
-    )
-    command.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
-
-
 def parser() -> argparse.ArgumentParser:
     top = _Parser(prog=PROG, description="Fused conv+BN+activation NHWC kernels for TVM Relay.")
+    add_verbosity(top)
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = commands.add_parser("demo", help="take the seed's conv+BN+ReLU through the pipeline")
     demo.set_defaults(run=_demo)
 
     compile_ = commands.add_parser("compile", help="compile an ONNX model into a tvmc package")
-    _add_model_options(compile_)
-    compile_.add_argument("-o", "--output", help="package path (default: MODEL.tar here)")
+    add_model_options(compile_)
+    compile_.add_argument(
+        "-o",
+        "--output",
+        default=DEFAULT_PACKAGE,
+        metavar="PATH",
+        help=f"the tvmc package to write (default: {DEFAULT_PACKAGE}, as tvmc); an existing file "
+        "there is replaced only if it is a tvmc package, never if it is the model",
+    )
+    compile_.add_argument(
+        "--force", action="store_true", help="replace an existing -o file of any kind"
+    )
     compile_.add_argument("--tuning-records", metavar="PATH", help="AutoTVM tuning log")
     compile_.set_defaults(run=_compile)
 
     explain = commands.add_parser("explain", help="what tvm_fuse fuses in a model, and why not")
-    _add_model_options(explain)
+    add_model_options(explain)
     explain.add_argument("--no-memory", action="store_true", help="skip the memory plan")
     explain.set_defaults(run=_explain)
 
     bench = commands.add_parser(
-        "bench", help="run the benchmarks (other options go to the scripts)"
+        "bench",
+        help="run the benchmarks (other options go to the suite)",
+        description="Benchmarks against stock TVM, PyTorch and ONNX Runtime. Options not listed "
+        "here go to the suite: see 'python -m tvm_fuse.bench.bench_layers --help' etc.",
     )
-    bench.add_argument("suite", nargs="?", default="all", choices=[*SUITES, "all"])
-    bench.add_argument("--quick", action="store_true", help="few short repeats")
+    bench.add_argument(
+        "suite",
+        nargs="?",
+        default="all",
+        choices=[*SUITES, "all"],
+        help=f"what to run (all: {' and '.join(ALL)})",
+    )
+    bench.add_argument(
+        "--quick", action="store_true", help="a short subset, few repeats (under 2 minutes)"
+    )
+    bench.add_argument(
+        "--results",
+        default=str(RESULTS),
+        metavar="DIR",
+        help=f"folder for the JSON results (default: ./{RESULTS})",
+    )
+    bench.add_argument("--json", metavar="PATH", help="JSON file of a single suite")
     bench.set_defaults(run=_bench)
 
     add_tune_cli(commands)
@@ -166,13 +201,13 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     """Run the ``tvm-fuse`` command line ``argv`` (default: ``sys.argv[1:]``); the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["tvmc"]:  # everything after it is tvmc's, --help included
-        return _tvmc(argv[1:])
-    top = parser()
-    args, extra = top.parse_known_args(argv)
-    if extra and args.command != "bench":
-        top.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
+        if argv[:1] == ["tvmc"]:  # everything after it is tvmc's, --help included
+            return _tvmc(argv[1:])
+        top = parser()
+        args, extra = top.parse_known_args(argv)
+        if extra and args.command != "bench":
+            top.error(f"unrecognized arguments: {' '.join(extra)}")
         return args.run(args, extra)
     except UserError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 
-import tvm
 from tvm import relay
 
 from . import examples, testing
@@ -19,29 +18,23 @@ from .passes.layout import count_layout_transforms
 from .pipeline import bind_params, build, describe, passes
 from .target import host_target
 
-TOLERANCE = 1e-4  # DESIGN.md §3: max abs error <= 1e-4 * max |reference|
+TOLERANCE = testing.MODEL_RTOL  # max abs error <= 1e-4 * max |reference|
 
 
 def _section(title: str) -> None:
     print(f"\n=== {title} " + "=" * max(0, 76 - len(title)))
 
 
-def _show_passes(mod, params):
+def _show_passes(mod, params, target):
     """Run the pipeline pass by pass, printing the IR after each; return the final module."""
     mod = relay.transform.InferType()(bind_params(mod, params))
     _section("Relay IR before tvm_fuse (params bound)")
     print(mod["main"])
-    for step in passes():
+    for step in passes(target):
         mod = relay.transform.InferType()(step(mod))
         _section(f"after {step.info.name}")
         print(mod["main"])
     return mod
-
-
-def _as_compiled(mod, target):
-    """``mod`` after relay.build's AlterOpLayout, where the kernel chooses its weight layout."""
-    with target, tvm.transform.PassContext(opt_level=3):
-        return relay.transform.AlterOpLayout()(mod)
 
 
 def _show_storage(libs: dict) -> None:
@@ -64,13 +57,11 @@ def main() -> int:
     target = host_target()
     print(f"target: {target}")
     mod, params = examples.seed_example()
-    optimized = _show_passes(mod, params)
+    optimized = _show_passes(mod, params, target)
 
     _section("task description handed to the kernel")
     for spec in describe(optimized):
         print(spec)
-    for spec in describe(_as_compiled(optimized, target)):
-        print(f"(at build time the kernel asks for its weights as {spec.weight.describe('w')})")
     _section("layout")
     print(f"layout_transform ops left: {count_layout_transforms(optimized)} (graph entry and exit)")
 

@@ -1,6 +1,6 @@
 """Small NCHW Relay models with seeded random weights, for the demo, the tests and notebooks.
 
-``seed_example()`` is the worked example of DESIGN.md §1: ``[1,64,56,56] -> conv 3x3 s2 p1
+``seed_example()`` is the worked example of ``docs/architecture.md``: ``[1,64,56,56] -> conv 3x3 s2 p1
 (128) -> BatchNorm -> ReLU``. ``conv_bn_act()`` builds any variation of it.
 """
 
@@ -84,6 +84,11 @@ def conv_bn_act(data_shape=(1, 64, 56, 56), seed=0, **layer):
     return _module(body, params)
 
 
+def small_layer(cin=16, size=14, channels=16, **layer):
+    """A conv-BN-ReLU on ``[1, cin, size, size]`` small enough to tune and build in seconds."""
+    return conv_bn_act(data_shape=(1, cin, size, size), channels=channels, **layer)
+
+
 def basic_block(data_shape=(1, 16, 12, 12), seed=0):
     """A ResNet basic block: conv-BN-relu -> conv-BN -> add(shortcut) -> relu."""
     data = relay.var("data", shape=data_shape)
@@ -96,7 +101,7 @@ def basic_block(data_shape=(1, 16, 12, 12), seed=0):
 
 
 def seed_example(batch=1):
-    """The seed's worked example (DESIGN.md §1)."""
+    """The worked example: ``[1,64,56,56] -> conv 3x3 s2 p1 (128) -> BatchNorm -> ReLU``."""
     return conv_bn_act(data_shape=(batch, 64, 56, 56), channels=128, kernel=3, strides=2, padding=1)
 
 

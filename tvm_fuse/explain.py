@@ -22,6 +22,7 @@ from tvm import relay
 from . import exit_op
 from . import op as fused_op
 from .ir_utils import count_ops, relay_functions, use_counts
+from .memory import plan
 from .pipeline import describe, optimize
 from .spec import KernelSpec
 from .strategy import fast_path_refusal
@@ -193,13 +194,8 @@ def other_ops(mod: tvm.IRModule) -> collections.Counter:
     return collections.Counter({k: v for k, v in counts.items() if k not in _EXPLAINED})
 
 
-def memory_summary(mod, params, optimized) -> str | None:
-    """The memory plan's summary, stock graph against tvm_fuse's; None if the memory package
-    has no ``plan`` (hook: filled in by ``tvm_fuse.memory``)."""
-    try:
-        from .memory import plan  # pylint: disable=import-outside-toplevel  (optional part)
-    except ImportError:
-        return None
+def memory_summary(mod, params, optimized) -> str:
+    """The memory plan's summary, stock graph against tvm_fuse's."""
     stock, fused = plan(mod, params), plan(optimized)
     rows = [
         ("peak (planned arena)", stock.peak_bytes, fused.peak_bytes),
@@ -240,11 +236,6 @@ class Explanation:
         return "\n".join(out)
 
 
-def _memory_text(mod, params, optimized) -> str:
-    summary = memory_summary(mod, params, optimized)
-    return summary or "tvm_fuse.memory.plan is not available in this version"
-
-
 def _title(text: str) -> str:
     return f"\n== {text} " + "=" * max(0, 74 - len(text))
 
@@ -261,5 +252,5 @@ def explain(mod, params=None, target=None, memory: bool = True) -> Explanation:
         transforms=layout_transforms(optimized),
         leftovers=leftovers(optimized),
         others=other_ops(optimized),
-        memory=_memory_text(mod, params, optimized) if memory else "not computed",
+        memory=memory_summary(mod, params, optimized) if memory else "not computed",
     )

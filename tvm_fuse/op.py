@@ -1,10 +1,12 @@
-"""The fused Relay op ``tvm_fuse.conv2d_nhwc_fused``: registration, type relation, attrs <-> spec.
+"""The fused Relay op ``tvm_fuse.conv2d_nhwc_fused``: registration, type relation, spec <-> call.
 
-One call of this op is one fused kernel. Its arguments are ``data`` (NHWC), ``weight`` (in
-``kernel_layout``: ``HWIO`` as the graph half makes it, or a packed layout the kernel asks for),
-then ``bias`` ([Co]) if ``has_bias`` and ``residual`` (the output's shape) if ``has_residual``.
-Its attributes carry the rest of the task description (DESIGN.md §1), and convert both ways to
-:class:`tvm_fuse.spec.KernelSpec`.
+One call of this op is one fused kernel. Its arguments are ``data`` (NHWC), ``weight`` (in the
+spec's weight layout: ``HWIO`` as the graph half makes it, or a packed layout the kernel asks
+for), then ``bias`` ([Co]) and ``residual`` (the output's shape) when the spec has them. Its
+attributes encode the whole :class:`tvm_fuse.spec.KernelSpec`, one attribute per spec field, so
+the spec of a call is known without type inference: :func:`fused_call` is the one way to build a
+call and :func:`spec_of_call` the one way back. The type relation takes the output type from the
+spec and refuses arguments whose types disagree with it.
 
 The op is OPAQUE to ``FuseOps``: the epilogue is already inside it, and the kernel half, not
 TVM's generic fusion, decides how it is computed. Importing this module registers the op once.
@@ -12,18 +14,16 @@ TVM's generic fusion, decides how it is computed. Importing this module register
 
 from __future__ import annotations
 
-import re
+import dataclasses
 
 import tvm
 from tvm import relay
 from tvm.relay.op import op as _op
 
 from .ir_utils import op_is_registered
-from .spec import KernelSpec, TensorSpec
+from .spec import KernelSpec
 
 OP_NAME = "tvm_fuse.conv2d_nhwc_fused"
-
-_LAYOUT_AXES = {"N": 0, "H": 1, "W": 2, "C": 3}
 
 
 def _register():
@@ -33,107 +33,65 @@ def _register():
     fused = relay.op.get(OP_NAME)
     fused.set_num_inputs(-1)  # data, weight, then optional bias and residual
     fused.add_argument("data", "Tensor", "NHWC input")
-    fused.add_argument("weight", "Tensor", "weight in attrs.kernel_layout")
-    fused.add_argument("bias", "Tensor", "[Co] bias, present when attrs.has_bias")
-    fused.add_argument("residual", "Tensor", "output-shaped addend, when attrs.has_residual")
+    fused.add_argument("weight", "Tensor", "weight in the spec's weight layout")
+    fused.add_argument("bias", "Tensor", "[Co] bias, present when the spec has one")
+    fused.add_argument("residual", "Tensor", "output-shaped addend, when the spec has one")
     fused.add_type_rel("TvmFuseConv2DNHWCFusedRel", _type_relation)
     _op.register_pattern(OP_NAME, _op.OpPattern.OPAQUE)
 
 
-def kernel_out_channels_and_window(kernel_layout: str, shape) -> tuple[int, int, int]:
-    """(Co, Kh, Kw) of a weight in ``HWIO``, ``OHWI`` or a packed ``OHWI{n}o`` layout."""
-    base = re.sub(r"\d+o$", "", kernel_layout)
-    if base not in ("HWIO", "OHWI"):
-        raise ValueError(f"{OP_NAME}: unsupported kernel_layout {kernel_layout!r}")
-    dims = dict(zip(base, (int(d) for d in shape)))
-    block = int(shape[4]) if len(shape) == 5 else 1
-    return dims["O"] * block, dims["H"], dims["W"]
+# -- spec <-> attrs ---------------------------------------------------------------------------
+def _to_attr(value):
+    """A spec field as an attribute value; floats as float64 so that they round-trip exactly."""
+    if isinstance(value, float):
+        return tvm.tir.FloatImm("float64", value)
+    if isinstance(value, dict):
+        return tvm.runtime.convert({k: _to_attr(v) for k, v in value.items()})
+    if isinstance(value, (tuple, list)):
+        return tvm.runtime.convert([_to_attr(v) for v in value])
+    return value
 
 
-def output_shape(data_shape, attrs) -> tuple[int, int, int, int]:
-    """NHWC output shape, from 4-sided padding, strides and dilation. Co is ``attrs["channels"]``
-    when given (a packed weight padded to whole vectors has more), else the weight's."""
-    n, h, w, _ = (int(d) for d in data_shape)
-    co, kh, kw = kernel_out_channels_and_window(attrs["kernel_layout"], attrs["weight_shape"])
-    co = attrs.get("channels") or co
-    top, left, bottom, right = (int(p) for p in attrs["padding"])
-    sh, sw = (int(s) for s in attrs["strides"])
-    dh, dw = (int(d) for d in attrs["dilation"])
-    ho = (h + top + bottom - ((kh - 1) * dh + 1)) // sh + 1
-    wo = (w + left + right - ((kw - 1) * dw + 1)) // sw + 1
-    return n, ho, wo, co
+def _from_attr(value):
+    """An attribute value as plain Python (the inverse of :func:`_to_attr`)."""
+    if isinstance(value, (tvm.tir.IntImm, tvm.tir.FloatImm)):
+        return value.value
+    if isinstance(value, tvm.ir.container.Map):
+        return {str(k): _from_attr(v) for k, v in value.items()}
+    if isinstance(value, tvm.ir.container.Array):
+        return [_from_attr(v) for v in value]
+    if isinstance(value, tvm.runtime.container.String):
+        return str(value)
+    return value
 
 
-def _type_relation(arg_types, attrs):
-    data, weight = arg_types[0], arg_types[1]
-    shape_attrs = {
-        "kernel_layout": str(attrs["kernel_layout"]),
-        "weight_shape": [int(d) for d in weight.shape],
-        "padding": attrs["padding"],
-        "strides": attrs["strides"],
-        "dilation": attrs["dilation"],
-        "channels": _channels(attrs),
-    }
-    return relay.TensorType(output_shape(data.shape, shape_attrs), str(attrs["out_dtype"]))
+def spec_attrs(spec: KernelSpec):
+    """The fused op's attributes for ``spec`` (a ``DictAttrs``, one entry per spec field)."""
+    fields = {name: _to_attr(value) for name, value in spec.to_dict().items()}
+    return tvm.ir.make_node("DictAttrs", **fields)
 
 
-def _channels(attrs) -> int | None:
-    return int(attrs["channels"]) if "channels" in attrs else None
+def spec_of_attrs(attrs) -> KernelSpec:
+    """The spec that the fused op's attributes encode (the inverse of :func:`spec_attrs`)."""
+    names = [f.name for f in dataclasses.fields(KernelSpec)]
+    return KernelSpec.from_dict({name: _from_attr(attrs[name]) for name in names})
 
 
-# -- attrs <-> KernelSpec ---------------------------------------------------------------------
-def make_attrs(
-    *,
-    strides,
-    padding,
-    dilation,
-    kernel_layout="HWIO",
-    out_dtype="float32",
-    activation="none",
-    alpha=0.0,
-    has_bias=False,
-    has_residual=False,
-    channels=None,
-):
-    """The fused op's attributes (a ``DictAttrs``). ``channels`` (the real Co) is set only for a
-    packed weight whose Co was padded up to whole vectors; the attribute is absent otherwise."""
-    extra = {} if channels is None else {"channels": int(channels)}
-    return tvm.ir.make_node(
-        "DictAttrs",
-        strides=[int(s) for s in strides],
-        padding=[int(p) for p in padding],
-        dilation=[int(d) for d in dilation],
-        kernel_layout=kernel_layout,
-        out_dtype=out_dtype,
-        activation=activation,
-        alpha=float(alpha),
-        has_bias=bool(has_bias),
-        has_residual=bool(has_residual),
-        **extra,
-    )
+# -- calls --------------------------------------------------------------------------------------
+def fused_call(spec: KernelSpec, data, weight, bias=None, residual=None) -> relay.Call:
+    """One call of the fused op computing ``spec``: the one way to build it.
 
-
-def fused_conv2d(data, weight, bias=None, residual=None, **attrs) -> relay.Call:
-    """Build one call of the fused op. ``attrs`` are those of :func:`make_attrs`."""
-    args = [data, weight] + [a for a in (bias, residual) if a is not None]
-    attrs = make_attrs(has_bias=bias is not None, has_residual=residual is not None, **attrs)
-    return relay.Call(relay.op.get(OP_NAME), args, attrs)
-
-
-def read_attrs(attrs) -> dict:
-    """The fused op's attributes as plain Python values."""
-    return {
-        "strides": tuple(int(v) for v in attrs["strides"]),
-        "padding": tuple(int(v) for v in attrs["padding"]),
-        "dilation": tuple(int(v) for v in attrs["dilation"]),
-        "kernel_layout": str(attrs["kernel_layout"]),
-        "out_dtype": str(attrs["out_dtype"]),
-        "activation": str(attrs["activation"]),
-        "alpha": float(attrs["alpha"]),
-        "has_bias": bool(attrs["has_bias"]),
-        "has_residual": bool(attrs["has_residual"]),
-        "channels": _channels(attrs),
-    }
+    ``bias`` and ``residual`` are given exactly when the spec has them."""
+    given = {"bias": bias, "residual": residual}
+    for name, arg in given.items():
+        if arg is None and getattr(spec, name) is not None:
+            raise ValueError(f"{OP_NAME}: the spec has a {name}; pass {name}= as well")
+        if arg is not None and getattr(spec, name) is None:
+            raise ValueError(
+                f"{OP_NAME}: the spec has no {name}; add it with dataclasses.replace(spec, ...)"
+            )
+    args = [data, weight] + [arg for arg in given.values() if arg is not None]
+    return relay.Call(relay.op.get(OP_NAME), args, spec_attrs(spec))
 
 
 def is_fused_call(expr) -> bool:
@@ -142,46 +100,43 @@ def is_fused_call(expr) -> bool:
     )
 
 
-def _tensor_spec(ty, layout) -> TensorSpec:
-    return TensorSpec(tuple(int(d) for d in ty.shape), layout, str(ty.dtype))
+def spec_of_call(call) -> KernelSpec:
+    """The task description of a fused call (no type inference needed)."""
+    if not is_fused_call(call):
+        raise ValueError(f"spec_of_call: expected a call of {OP_NAME}, got {type(call).__name__}")
+    return spec_of_attrs(call.attrs)
 
 
-def spec_from_call(call) -> KernelSpec:
-    """The task description of a type-checked fused call."""
-    attrs = read_attrs(call.attrs)
-    types = [arg.checked_type for arg in call.args]
-    extra = iter(types[2:])
-    bias = _tensor_spec(next(extra), "C") if attrs["has_bias"] else None
-    residual = _tensor_spec(next(extra), "NHWC") if attrs["has_residual"] else None
-    return KernelSpec(
-        data=_tensor_spec(types[0], "NHWC"),
-        weight=_tensor_spec(types[1], attrs["kernel_layout"]),
-        out=_tensor_spec(call.checked_type, "NHWC"),
-        bias=bias,
-        residual=residual,
-        strides=attrs["strides"],
-        padding=attrs["padding"],
-        dilation=attrs["dilation"],
-        activation=attrs["activation"],
-        alpha=attrs["alpha"],
-    )
+def call_arguments(call) -> dict:
+    """The fused call's arguments by name: data, weight, and bias / residual when present."""
+    return dict(zip(spec_of_call(call).argument_names, call.args))
 
 
-def attrs_from_spec(spec: KernelSpec):
-    """The fused op's attributes for a task description (the inverse of spec_from_call)."""
-    weight_co, _, _ = kernel_out_channels_and_window(spec.weight.layout, spec.weight.shape)
-    return make_attrs(
-        strides=spec.strides,
-        padding=spec.padding,
-        dilation=spec.dilation,
-        kernel_layout=spec.weight.layout,
-        out_dtype=spec.out.dtype,
-        activation=spec.activation,
-        alpha=spec.alpha,
-        has_bias=spec.bias is not None,
-        has_residual=spec.residual is not None,
-        channels=None if weight_co == spec.out_channels else spec.out_channels,
-    )
+# -- type relation ------------------------------------------------------------------------------
+def _type_relation(arg_types, attrs):
+    spec = spec_of_attrs(attrs)
+    names = spec.argument_names
+    if len(arg_types) != len(names):
+        raise ValueError(
+            f"{OP_NAME}: {len(arg_types)} arguments, the spec wants {len(names)} ({', '.join(names)})"
+        )
+    for name, ty in zip(names, arg_types):
+        _check_argument(name, ty, getattr(spec, name))
+    return relay.TensorType(spec.out.shape, spec.out.dtype)
+
+
+def _check_argument(name, ty, tensor) -> None:
+    """Refuse an argument whose (static) type disagrees with the spec in the attributes."""
+    if not isinstance(ty, relay.TensorType):
+        return
+    if not all(isinstance(d, tvm.tir.IntImm) for d in ty.shape):
+        return
+    shape = tuple(int(d) for d in ty.shape)
+    if shape != tensor.shape or str(ty.dtype) != tensor.dtype:
+        raise ValueError(
+            f"{OP_NAME}: argument {name} is {ty.dtype}{list(shape)}, but the call's spec says "
+            f"{tensor.dtype}{list(tensor.shape)}; rebuild the call with fused_call(spec, ...)"
+        )
 
 
 _register()

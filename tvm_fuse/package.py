@@ -21,7 +21,7 @@ import tvm
 from tvm.driver.tvmc import compiler
 from tvm.driver.tvmc.model import TVMCModel
 
-from . import user_inputs
+from . import dispatch, user_inputs
 from .errors import UserError
 from .pipeline import describe
 from .progress import Progress
@@ -73,15 +73,18 @@ def compile_onnx(
     input_shapes: dict | None = None,
     tuning_records=None,
     progress: Progress | None = None,
+    force: bool = False,
 ) -> Compiled:
     """Compile the ONNX model at ``model_path`` with tvm_fuse into the tvmc package ``output``.
 
     ``target`` is an llvm target string (default: the host CPU), ``input_shapes`` a dict as
-    ``tvmc``'s ``--input-shapes`` gives, ``tuning_records`` an AutoTVM log.
+    ``tvmc``'s ``--input-shapes`` gives, ``tuning_records`` an AutoTVM log. An existing
+    ``output`` is replaced only if it is a tvmc package (or ``force``), never if it is the model.
     """
     progress = progress or Progress()
     llvm = user_inputs.check_target(target)
     records = _check_records(tuning_records, llvm)
+    user_inputs.check_output(output, model_path, force)
     with user_inputs.scratch_dir(output) as scratch:
         model = load_checked(model_path, input_shapes, progress)
         with progress.stage("optimizing with the tvm_fuse pipeline"):
@@ -89,9 +92,10 @@ def compile_onnx(
             kernels = describe(optimized)
         with progress.stage(f"building for {llvm} ({len(kernels)} fused kernels)"):
             built = os.path.join(scratch, Path(output).name)
-            compiler.compile_model(
-                TVMCModel(optimized, {}), str(llvm), tuning_records=records, package_path=built
-            )
+            with dispatch.build_context():  # tvmc's build would consult TopHub without records
+                compiler.compile_model(
+                    TVMCModel(optimized, {}), str(llvm), tuning_records=records, package_path=built
+                )
         with progress.stage(f"writing {output}"):
             os.replace(built, output)
     return Compiled(str(output), llvm, kernels)

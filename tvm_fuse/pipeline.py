@@ -1,10 +1,13 @@
-"""The drop-in pass pipeline and the public ``optimize`` / ``build`` / ``describe`` (DESIGN.md §3).
+"""The drop-in pass pipeline and the public ``optimize`` / ``build`` / ``describe``.
 
 ``pipeline()`` is an ordinary ``tvm.transform.Sequential``: FoldBatchNorm, ConvertLayoutNHWC,
-FoldConstant, FuseConvBiasAct. ``optimize`` binds the params first (the passes only fold
-constants) and checks the module, so that user mistakes come back as one clear error instead of
-a traceback from deep inside TVM. ``build`` then hands the module to stock ``relay.build``; the
-fused calls reach the kernel half through the strategy registered on import.
+FoldConstant, FlattenChannelBias, FuseConvBiasAct, PackWeights. Params may be bound first
+(``pipeline(params=...)``, ``optimize``) or later by ``relay.build(mod, params=...)``: the
+passes fold and fuse either way (``tvm_fuse.params``), and PackWeights packs the weights for the
+kernel the target will run at any opt_level. ``optimize`` checks the module, so that user
+mistakes come back as one clear error instead of a traceback from deep inside TVM. ``build``
+then hands the module to stock ``relay.build``; the fused calls reach the kernel half through
+the strategy registered on import.
 """
 
 from __future__ import annotations
@@ -12,27 +15,52 @@ from __future__ import annotations
 import tvm
 from tvm import relay
 
+from . import dispatch
 from . import op as fused_op
+from .ir_utils import relay_functions
+from .memory.apply import apply_to_factory, check_mode as check_memory_mode
+from .params import BindParams, WarnComputedWeights, bind_main
+from .passes.bias import FlattenChannelBias
 from .passes.fold_bn import FoldBatchNorm
 from .passes.fuse import FuseConvBiasAct
 from .passes.layout import ConvertLayoutNHWC
+from .passes.pack import PackWeights
 from .spec import KernelSpec
 from .target import as_target
-from .tuning.records import apply_records, check_records
 
 OPT_LEVEL = 3
 
 
-def passes() -> list[tvm.transform.Pass]:
-    """The pipeline's passes in order (the demo prints the IR after each)."""
-    return [FoldBatchNorm(), ConvertLayoutNHWC(), relay.transform.FoldConstant(), FuseConvBiasAct()]
+def passes(target=None) -> list[tvm.transform.Pass]:
+    """The pipeline's passes in order (the demo prints the IR after each). ``target``: what
+    ``PackWeights`` packs for (default: the current target, else the host)."""
+    return [
+        FoldBatchNorm(),
+        ConvertLayoutNHWC(),
+        relay.transform.FoldConstant(),
+        FlattenChannelBias(),
+        FuseConvBiasAct(),
+        PackWeights(target),
+    ]
 
 
-def pipeline() -> tvm.transform.Pass:
-    """The tvm_fuse passes as one Sequential, for use inside any Relay flow."""
-    return tvm.transform.Sequential(
-        [relay.transform.InferType(), *passes()], opt_level=0, name="tvm_fuse.pipeline"
-    )
+def pipeline(params=None, target=None) -> tvm.transform.Pass:
+    """The tvm_fuse passes as one Sequential, for use inside any Relay flow.
+
+    ``params`` (name -> array), if given, are bound into ``main`` first, as ``relay.build``
+    binds them. Without them, BatchNorm folds into expressions of the unbound inputs that
+    ``relay.build(mod, params=params)`` computes once it binds them. The weights are packed for
+    ``target`` (default: ``tvm.target.Target.current()`` when it runs, else the host), so build
+    for the same target.
+    """
+    first = [] if params is None else [BindParams(params)]
+    steps = [
+        *first,
+        relay.transform.InferType(),
+        *passes(target),
+        WarnComputedWeights(params is not None),
+    ]
+    return tvm.transform.Sequential(steps, opt_level=0, name="tvm_fuse.pipeline")
 
 
 def _pass_context() -> tvm.transform.PassContext:
@@ -57,53 +85,37 @@ def _as_module(mod) -> tvm.IRModule:
     return mod
 
 
-def bind_params(mod: tvm.IRModule, params) -> tvm.IRModule:
-    """``mod`` with ``params`` bound as constants in ``main``; unknown names are an error."""
+def bind_params(mod, params) -> tvm.IRModule:
+    """``mod`` with ``params`` bound as constants in ``main`` (``tvm_fuse.params.bind_main``)."""
+    return bind_main(_as_module(mod), params)
+
+
+def optimize(mod, params=None, target=None) -> tvm.IRModule:
+    """Bind ``params`` and run ``pipeline``: the graph half's decisions, as a Relay module whose
+    weights are packed for ``target`` (default: the current target, else the host)."""
     mod = _as_module(mod)
-    main = mod["main"]
-    free = relay.analysis.free_vars(main)
-    if free:
-        names = ", ".join(v.name_hint for v in free)
-        raise ValueError(
-            f"tvm_fuse: 'main' uses free variables that are neither function inputs nor "
-            f"params: {names}. Add them to the function's parameters or bind them."
-        )
-    if not params:
-        return mod
-    inputs = {p.name_hint for p in main.params}
-    unknown = sorted(set(params) - inputs)
-    if unknown:
-        raise ValueError(
-            f"tvm_fuse: params {unknown} are not inputs of 'main' "
-            f"(its inputs are: {', '.join(sorted(inputs))})"
-        )
-    mod = tvm.IRModule(dict(mod.functions), mod.type_definitions)
-    mod["main"] = relay.build_module.bind_params_by_name(main, dict(params))
-    return mod
-
-
-def optimize(mod, params=None) -> tvm.IRModule:
-    """Bind ``params`` and run ``pipeline()``: the graph half's decisions, as a Relay module."""
-    mod = bind_params(mod, params)
     with _pass_context():
-        return pipeline()(mod)
+        return pipeline(params or {}, target)(mod)
 
 
-def build(mod, params=None, target=None, tuning_records=None, **kwargs):
+def build(mod, params=None, target=None, tuning_records=None, memory="plan", **kwargs):
     """``optimize`` then stock ``relay.build``; returns what ``relay.build`` returns.
 
     The result runs with ``tvm.contrib.graph_executor`` under the model's original input names
     and NCHW input shapes (the layout change is inside the graph). ``tuning_records``: an AutoTVM
     log (``tvm_fuse.tune``), validated as a whole first (``tuning.records.check_records``: a
     ``RecordsError`` for a corrupt or foreign log) and applied with ``apply_history_best``;
-    kernels without a record use the analytic default.
+    kernels without a record use the analytic default. TopHub is never consulted
+    (``dispatch.build_context``). ``memory="plan"`` gives the graph executor tvm_fuse's storage
+    assignment where it is smaller than TVM's (``tvm_fuse.memory.apply``); ``"tvm"`` keeps TVM's.
     """
+    check_memory_mode(memory)
     target = as_target(target)
-    records = check_records(tuning_records, target) if tuning_records is not None else None
-    mod = optimize(mod, params)
+    records = dispatch.checked_records(tuning_records, target)
+    mod = optimize(mod, params, target)
     _require_static_inputs(mod)
-    with _pass_context(), apply_records(records):
-        return relay.build(mod, target=target, **kwargs)
+    with _pass_context(), dispatch.build_context(records):
+        return apply_to_factory(relay.build(mod, target=target, **kwargs), memory)
 
 
 def _require_static_inputs(mod: tvm.IRModule) -> None:
@@ -120,22 +132,13 @@ def _require_static_inputs(mod: tvm.IRModule) -> None:
             )
 
 
-class _FusedCallCollector(relay.ExprVisitor):
-    def __init__(self):
-        super().__init__()
-        self.specs: list[KernelSpec] = []
-
-    def visit_call(self, call):
-        super().visit_call(call)  # arguments first: specs come out in execution order
-        if fused_op.is_fused_call(call):
-            self.specs.append(fused_op.spec_from_call(call))
-
-
 def describe(mod: tvm.IRModule) -> list[KernelSpec]:
-    """The task description of every fused kernel in an optimized module, in execution order."""
+    """The task description of every fused kernel in an optimized module, in execution order
+    (a post-order walk, in C++: arguments first, and no Python recursion on deep graphs)."""
     mod = relay.transform.InferType()(_as_module(mod))
-    collector = _FusedCallCollector()
-    for _, func in mod.functions.items():
-        if isinstance(func, relay.Function):
-            collector.visit(func)
-    return collector.specs
+    calls: list = []
+    for func in relay_functions(mod).values():
+        relay.analysis.post_order_visit(
+            func, lambda node: calls.append(node) if fused_op.is_fused_call(node) else None
+        )
+    return [fused_op.spec_of_call(call) for call in calls]

@@ -19,6 +19,9 @@ import time
 class Progress:
     """Stage lines on ``stream`` (stderr by default); ``quiet`` prints nothing."""
 
+    #: A stage line is started but not ended (an interruption starts its own line then).
+    line_open = False
+
     def __init__(self, stream=None, quiet: bool = False):
         self.stream = stream
         self.quiet = quiet
@@ -28,6 +31,7 @@ class Progress:
             stream = self.stream or sys.stderr
             stream.write(text)
             stream.flush()
+            Progress.line_open = not text.endswith("\n")
 
     @contextlib.contextmanager
     def stage(self, what: str):

@@ -1,15 +1,21 @@
 """KernelSpec: the task description the graph half hands to the kernel half.
 
-This is the border of DESIGN.md §1. It says *what* one fused kernel computes — tensors (shape,
-layout, dtype), conv parameters and the epilogue — and nothing about *how*: no Relay, no loops.
-``tvm_fuse.op`` converts it to and from the fused op's attributes; ``schedules/`` reads it to
-choose tiles. It round-trips through JSON so a task can be stored, compared and tuned.
+It is the border between the two halves (``docs/architecture.md``). It says *what* one fused
+kernel computes — tensors (shape, layout, dtype), conv parameters, the epilogue and the algorithm —
+and nothing about *how*: no Relay, no loops. The fused op's attributes encode it
+(``tvm_fuse.op.fused_call`` / ``spec_of_call``); the strategy hands it to the kernel's compute;
+``schedules/`` reads its named fields. The weight's layout says how the weight arrives: ``HWIO``
+(logical, as the graph half makes it) or a packed layout ending in ``{VL}o`` (VL output channels
+innermost, Co zero-padded to whole vectors); the real Co is always the output's. It round-trips
+through JSON so a task can be stored, compared and tuned. It refuses unknown activations and
+algorithms.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass
 
 #: Activations the fused kernel can apply to its accumulators, with the formula it prints.
@@ -21,6 +27,34 @@ ACTIVATIONS = {
     "sigmoid": "sigmoid({x})",
     "silu": "{x} * sigmoid({x})",
 }
+
+
+#: How a fused kernel computes the conv: "direct" (any conv), "winograd" (3x3, stride 1).
+ALGORITHMS = ("direct", "winograd")
+
+_LANES = re.compile(r"(\d+)o$")
+
+
+def layout_lanes(layout: str) -> int | None:
+    """VL of a weight layout whose innermost axis is VL output channels (``OHWI8o`` -> 8), or
+    None for a layout without one (``HWIO``). The one parser of the vector width."""
+    match = _LANES.search(layout)
+    return int(match.group(1)) if match else None
+
+
+def conv_output_hw(
+    in_hw: tuple[int, int],
+    kernel_size: tuple[int, int],
+    strides: tuple[int, int],
+    padding: tuple[int, int, int, int],
+    dilation: tuple[int, int],
+) -> tuple[int, int]:
+    """(Ho, Wo) of a conv of an ``in_hw`` map; ``padding`` is (top, left, bottom, right)."""
+    (h, w), (kh, kw), (sh, sw), (dh, dw) = in_hw, kernel_size, strides, dilation
+    top, left, bottom, right = padding
+    ho = (h + top + bottom - ((kh - 1) * dh + 1)) // sh + 1
+    wo = (w + left + right - ((kw - 1) * dw + 1)) // sw + 1
+    return ho, wo
 
 
 @dataclass(frozen=True)
@@ -45,7 +79,9 @@ class KernelSpec:
 
     ``padding`` is four-sided: (top, left, bottom, right), as Relay's conv2d stores it.
     ``bias`` is None for a conv whose chain carries no bias; ``residual`` is the tensor added
-    after the bias (a ResNet shortcut), or None.
+    after the bias (a ResNet shortcut), or None. ``algorithm`` is "direct" or "winograd";
+    ``winograd_tile`` is m of F(m x m, 3 x 3) for "winograd", else 0. Grow or change a spec with
+    ``dataclasses.replace``.
     """
 
     data: TensorSpec
@@ -58,6 +94,8 @@ class KernelSpec:
     dilation: tuple[int, int] = (1, 1)
     activation: str = "none"
     alpha: float = 0.0
+    algorithm: str = "direct"
+    winograd_tile: int = 0
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:
@@ -65,9 +103,52 @@ class KernelSpec:
                 f"KernelSpec: unknown activation {self.activation!r}; "
                 f"supported: {', '.join(ACTIVATIONS)}"
             )
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(
+                f"KernelSpec: unknown algorithm {self.algorithm!r}; "
+                f"supported: {', '.join(ALGORITHMS)}"
+            )
         for name in ("strides", "padding", "dilation"):
             object.__setattr__(self, name, tuple(int(v) for v in getattr(self, name)))
         object.__setattr__(self, "alpha", float(self.alpha))
+        object.__setattr__(self, "winograd_tile", int(self.winograd_tile))
+        if (self.algorithm == "winograd") != (self.winograd_tile > 0):
+            raise ValueError(
+                f"KernelSpec: winograd_tile {self.winograd_tile} does not fit algorithm "
+                f"{self.algorithm!r} (m > 0 exactly for winograd)"
+            )
+
+    @classmethod
+    def conv(
+        cls,
+        data_shape,
+        weight_shape,
+        strides=(1, 1),
+        padding=(0, 0, 0, 0),
+        dilation=(1, 1),
+        dtype: str = "float32",
+    ) -> KernelSpec:
+        """The spec of a bare conv of NHWC data and an HWIO weight (no epilogue)."""
+        data_shape, weight_shape = (tuple(int(d) for d in s) for s in (data_shape, weight_shape))
+        kh, kw, _, co = weight_shape
+        ho, wo = conv_output_hw(data_shape[1:3], (kh, kw), strides, tuple(padding), dilation)
+        return cls(
+            data=TensorSpec(data_shape, "NHWC", dtype),
+            weight=TensorSpec(weight_shape, "HWIO", dtype),
+            out=TensorSpec((data_shape[0], ho, wo, co), "NHWC", dtype),
+            strides=strides,
+            padding=padding,
+            dilation=dilation,
+        )
+
+    def with_epilogue(self, bias: bool = False, residual: bool = False, **fields) -> KernelSpec:
+        """This spec grown by a [Co] bias and/or an output-shaped residual (when True), with
+        other ``fields`` (activation, alpha) replaced."""
+        if bias:
+            fields["bias"] = TensorSpec((self.out_channels,), "C", self.out.dtype)
+        if residual:
+            fields["residual"] = self.out
+        return dataclasses.replace(self, **fields)
 
     # -- what it computes -------------------------------------------------------------------
     @property
@@ -93,9 +174,27 @@ class KernelSpec:
         return "out = " + ACTIVATIONS[self.activation].format(x=x, alpha=self.alpha)
 
     @property
+    def argument_names(self) -> tuple[str, ...]:
+        """The fused call's arguments, in order: data, weight, then bias and residual if any."""
+        optional = (name for name in ("bias", "residual") if getattr(self, name) is not None)
+        return ("data", "weight", *optional)
+
+    @property
     def kernel_size(self) -> tuple[int, int]:
+        """(Kh, Kw); 3 x 3 for Winograd, whose weight is in the transformed domain."""
+        if self.algorithm == "winograd":
+            return 3, 3
         layout, shape = self.weight.layout, self.weight.shape
         return shape[layout.index("H")], shape[layout.index("W")]
+
+    @property
+    def lanes(self) -> int | None:
+        """VL of a packed weight (its layout's ``{VL}o``), None for a logical HWIO weight."""
+        return layout_lanes(self.weight.layout)
+
+    @property
+    def out_hw(self) -> tuple[int, int]:
+        return self.out.shape[1], self.out.shape[2]
 
     @property
     def in_channels(self) -> int:
@@ -137,6 +236,9 @@ class KernelSpec:
             ),
             ("epilogue", self.epilogue),
         ]
+        if self.algorithm != "direct":
+            m = self.winograd_tile
+            lines.append(("algorithm", f"{self.algorithm} F({m}x{m}, 3x3)"))
         return "\n".join(f"{key + ':':<11}{value}" for key, value in lines)
 
     def to_dict(self) -> dict:

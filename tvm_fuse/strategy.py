@@ -1,12 +1,14 @@
 """The meeting point: the TOPI op strategy of ``tvm_fuse.conv2d_nhwc_fused``.
 
-This is the only module that imports both halves. The graph half hands down a fused call (its
-attributes are the task description); the strategy picks the kernel that implements it.
+This is the only module that imports both halves. The graph half hands down a fused call whose
+attributes are the task description (``KernelSpec``); the strategy hands that spec to the compute
+of the kernel that implements it.
 
-- On x86 ``llvm`` targets, when :func:`fast_path_refusal` finds nothing against it, the
-  alter-op-layout hook (run by ``relay.build`` at opt_level 3, followed by FoldConstant) rewrites
-  the call to take its weight packed as ``OHWI{VL}o`` at compile time, and the ``"cpu"`` strategy
-  then picks the fast kernel ``conv2d_nhwc_fused.x86`` (``schedules.conv2d_nhwc_fused``).
+- The graph half asks :func:`preferred_spec` which weight layout the kernel wants for a spec on
+  a target, and packs the weight itself (``passes.pack.PackWeights``, at any opt_level).
+- On x86 ``llvm`` targets, when :func:`fast_path_refusal` finds nothing against it, that is
+  ``OHWI{VL}o``, and the ``"cpu"`` strategy picks the fast kernel ``conv2d_nhwc_fused.x86``
+  (``schedules.conv2d_nhwc_fused``) for a call whose weight arrives packed.
 - Everything else keeps HWIO weights and the generic implementation (``schedules.generic``),
   which is always correct.
 
@@ -14,48 +16,28 @@ It also gives ``tvm_fuse.nhwc_to_nchw`` (the graph's exit transpose, ``tvm_fuse.
 kernel: the cache-blocked ``schedules.nhwc_to_nchw`` on CPUs, TVM's injective one elsewhere.
 """
 
+import dataclasses
+
 import tvm
 from tvm import relay, topi
 from tvm.relay.op.strategy.generic import wrap_topi_schedule
 from tvm.target import override_native_generic_func
 
 from . import exit_op
-from .op import OP_NAME, make_attrs, read_attrs
+from .op import OP_NAME, spec_of_attrs
 from .schedules import conv2d_nhwc_fused as fast
 from .schedules import generic, nhwc_to_nchw, packing
-from .spec import KernelSpec, TensorSpec
-
-
-def _split_inputs(inputs, attrs):
-    """(data, weight, bias or None, residual or None) from the call's tensor inputs."""
-    data, weight, *extra = inputs
-    extra = iter(extra)
-    bias = next(extra) if attrs["has_bias"] else None
-    residual = next(extra) if attrs["has_residual"] else None
-    return data, weight, bias, residual
+from .spec import KernelSpec
 
 
 def wrap_compute(topi_compute):
-    """Adapt a ``schedules`` compute to the strategy's ``(attrs, inputs, out_type)`` calling."""
+    """Adapt a ``schedules`` compute ``(spec, data, weight, bias, residual)`` to the strategy's
+    ``(attrs, inputs, out_type)`` calling: the spec comes from the attrs, the tensors by name."""
 
     def _compute(attrs, inputs, out_type):
-        params = read_attrs(attrs)
-        data, weight, bias, residual = _split_inputs(inputs, params)
-        extra = {} if params["channels"] is None else {"channels": params["channels"]}
-        out = topi_compute(
-            data,
-            weight,
-            bias,
-            residual,
-            strides=params["strides"],
-            padding=params["padding"],
-            dilation=params["dilation"],
-            out_dtype=params["out_dtype"],
-            activation=params["activation"],
-            alpha=params["alpha"],
-            **extra,
-        )
-        return [out]
+        spec = spec_of_attrs(attrs)
+        tensors = {"bias": None, "residual": None, **dict(zip(spec.argument_names, inputs))}
+        return [topi_compute(spec, **tensors)]
 
     return _compute
 
@@ -89,7 +71,7 @@ def fast_path_refusal(spec: KernelSpec, target) -> str | None:
 
     The fallback cases: a non-x86 or non-llvm target; a dtype other than float32; a tiny output
     (fewer than MIN_OUTPUTS_PER_CORE values per core). Any Co and Ci are covered: a Co that is
-    not a multiple of VL is padded in the packed weight (see ``_pack_weight``).
+    not a multiple of VL is padded in the packed weight (see :func:`preferred_spec`).
     """
     if not _is_x86_llvm(target):
         return f"target {target} is not x86 llvm"
@@ -104,57 +86,26 @@ def fast_path_refusal(spec: KernelSpec, target) -> str | None:
     return None
 
 
-def spec_of(attrs, tensors, out_type) -> KernelSpec:
-    """The task description from the op's attrs, its input tensors (TE or types) and out type."""
-    params = read_attrs(attrs)
-    data, weight, bias, residual = _split_inputs(tensors, params)
+# -- what the kernel half wants -----------------------------------------------------------------
+def preferred_spec(spec: KernelSpec, target) -> KernelSpec:
+    """``spec`` with the weight layout the kernel for ``spec.algorithm`` wants on ``target``.
 
-    def tensor(t, layout):
-        return None if t is None else TensorSpec(tuple(int(d) for d in t.shape), layout, t.dtype)
-
-    return KernelSpec(
-        data=tensor(data, "NHWC"),
-        weight=tensor(weight, params["kernel_layout"]),
-        out=tensor(out_type, "NHWC"),
-        bias=tensor(bias, "C"),
-        residual=tensor(residual, "NHWC"),
-        strides=params["strides"],
-        padding=params["padding"],
-        dilation=params["dilation"],
-        activation=params["activation"],
-        alpha=params["alpha"],
-    )
-
-
-# -- compile-time weight packing -----------------------------------------------------------------
-@relay.op.op.register_alter_op_layout(OP_NAME)
-def _pack_weight(attrs, inputs, tinfos, out_type):
-    """HWIO -> ``OHWI{VL}o`` when the fast kernel applies, Co zero-padded to a multiple of VL
-    (FoldConstant then folds the pad and the transform)."""
-    target = tvm.target.Target.current(allow_none=True)
-    params = read_attrs(attrs)
-    if target is None or params["kernel_layout"] != "HWIO":
-        return None
-    if fast_path_refusal(spec_of(attrs, tinfos, out_type), target):
-        return None
-    lanes = simd_lanes(target)
-    co = int(tinfos[1].shape[3])
-    co_pad = packing.padded_channels(co, lanes)
-    weight = inputs[1]
-    if co_pad != co:
-        weight = relay.nn.pad(weight, ((0, 0), (0, 0), (0, 0), (0, co_pad - co)))
-    layout = packing.packed_layout(lanes)
-    weight = relay.layout_transform(weight, "HWIO", layout)
-    channels = None if co_pad == co else co
-    new_attrs = make_attrs(**{**params, "kernel_layout": layout, "channels": channels})
-    return relay.Call(relay.op.get(OP_NAME), [inputs[0], weight, *inputs[2:]], new_attrs)
+    The direct algorithm on x86 llvm (when :func:`fast_path_refusal` finds nothing): the weight
+    packed as ``OHWI{VL}o``, Co zero-padded to whole vectors (``schedules.packing``). Otherwise
+    ``spec`` unchanged, HWIO weight: the generic kernel. The graph half's ``PackWeights`` asks
+    this for every fused call and computes the packed weight with Relay ops."""
+    if spec.weight.layout != "HWIO" or spec.algorithm != "direct":
+        return spec
+    if fast_path_refusal(spec, target):
+        return spec
+    return dataclasses.replace(spec, weight=packing.packed_weight(spec, simd_lanes(target)))
 
 
 # -- the strategy --------------------------------------------------------------------------------
 def _generic_strategy(attrs):
-    layout = read_attrs(attrs)["kernel_layout"]
+    layout = spec_of_attrs(attrs).weight.layout
     if layout != "HWIO":
-        raise ValueError(f"{OP_NAME}: kernel_layout {layout!r} needs the x86 fast kernel")
+        raise ValueError(f"{OP_NAME}: weight layout {layout!r} needs the x86 fast kernel")
     strategy = relay.op.OpStrategy()
     strategy.add_implementation(
         wrap_compute(generic.compute), wrap_schedule(generic.schedule), name=generic.NAME
@@ -170,8 +121,9 @@ def fused_conv2d_strategy(attrs, inputs, out_type, target):
 
 @fused_conv2d_strategy.register("cpu")
 def _fused_conv2d_strategy_cpu(attrs, inputs, out_type, target):
-    """CPU: the fast kernel for packed weights (see ``_pack_weight``), else the generic one."""
-    if packing.packed_lanes(read_attrs(attrs)["kernel_layout"]) is None:
+    """CPU: the fast kernel for packed weights (see :func:`preferred_spec`), else the generic
+    one."""
+    if spec_of_attrs(attrs).lanes is None:
         return _generic_strategy(attrs)
     strategy = relay.op.OpStrategy()
     strategy.add_implementation(

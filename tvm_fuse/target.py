@@ -7,6 +7,7 @@ name is asked of LLVM itself. Every tvm_fuse entry point uses this unless told o
 from __future__ import annotations
 
 import os
+import re
 
 import tvm
 
@@ -19,14 +20,23 @@ def host_target() -> tvm.target.Target:
     return tvm.target.Target(f"llvm{mcpu} -num-cores={cores or 1}")
 
 
+def resolve_native(text: str) -> str:
+    """``text`` with ``-mcpu=native`` replaced by this CPU's name (LLVM would read generic)."""
+    cpu = tvm.target.codegen.llvm_get_system_cpu()
+    return re.sub(r"-mcpu=native(?![\w-])", f"-mcpu={cpu}", text)
+
+
 def as_target(target) -> tvm.target.Target:
-    """``target`` (None, a string or a Target) as a Target, with a clear error when it is bad."""
+    """``target`` (None, a string or a Target) as a Target, with a clear error when it is bad;
+    ``-mcpu=native`` becomes this CPU."""
     if target is None:
         return host_target()
     if isinstance(target, tvm.target.Target):
-        return target
+        if str(target.attrs.get("mcpu", "")) != "native":
+            return target
+        target = str(target)
     try:
-        return tvm.target.Target(target)
+        return tvm.target.Target(resolve_native(target))
     except (tvm.TVMError, ValueError) as err:
         reason = str(err).strip().splitlines()[-1]
         raise ValueError(f"tvm_fuse: invalid target {target!r}: {reason}") from None

@@ -1,17 +1,28 @@
 """Run a built module and compare it with stock TVM: the check every test and demo makes.
 
 The reference is the *original* module built by stock ``relay.build`` (no tvm_fuse pass), so a
-wrong rewrite anywhere in the pipeline shows up as a numeric difference.
+wrong rewrite anywhere in the pipeline shows up as a numeric difference. Also here: what the
+tests share, e.g. the AutoTVM workloads a build asks for (:func:`fused_workloads`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import tvm
-from tvm import relay
+from tvm import autotvm, relay
 from tvm.contrib import graph_executor
 
+from .dispatch import build_context
+from .examples import random_inputs
+from .op import fused_call, is_fused_call, spec_of_call
+from .pipeline import build
+from .schedules.conv2d_nhwc_fused import NAME as FAST_KERNEL
+from .spec import KernelSpec
 from .target import as_target
+
+#: Tolerance of a whole model against its reference: max |error| <= MODEL_RTOL * max |reference|
+#: (fp32 sums in another order, over many layers); a single kernel is held to ``assert_close``'s.
+MODEL_RTOL = 1e-4
 
 
 def run(lib, inputs: dict) -> list[np.ndarray]:
@@ -23,13 +34,13 @@ def run(lib, inputs: dict) -> list[np.ndarray]:
 
 
 def build_stock(mod, params=None, target=None, opt_level=3):
-    """Stock ``relay.build`` of ``mod`` (the reference implementation)."""
-    with tvm.transform.PassContext(opt_level=opt_level):
+    """Stock ``relay.build`` of ``mod`` (the reference implementation), TopHub off."""
+    with tvm.transform.PassContext(opt_level=opt_level), build_context():
         return relay.build(mod, target=as_target(target), params=params)
 
 
 def relative_error(got: np.ndarray, ref: np.ndarray) -> float:
-    """max |got - ref| / max |ref| (DESIGN.md §3's error measure)."""
+    """max |got - ref| / max |ref|: the error measure of every comparison with a reference."""
     scale = float(np.max(np.abs(ref))) or 1.0
     return float(np.max(np.abs(got.astype("float64") - ref.astype("float64")))) / scale
 
@@ -41,3 +52,51 @@ def assert_close(got, ref, rtol=1e-5):
         assert g.shape == r.shape, f"output {i}: shape {g.shape}, reference {r.shape}"
         err = relative_error(g, r)
         assert err <= rtol, f"output {i}: relative error {err:.3g} > {rtol:g}"
+
+
+def assert_matches_stock(mod, params=None, lib=None, rtol=1e-5, target=None):
+    """``lib`` (default: ``tvm_fuse.build(mod, params)``) computes what stock ``relay.build``
+    of ``mod`` does, on seeded random inputs, within ``rtol``; returns ``lib``."""
+    lib = build(mod, params, target) if lib is None else lib
+    inputs = random_inputs(mod, params)
+    assert_close(run(lib, inputs), run(build_stock(mod, params, target), inputs), rtol)
+    return lib
+
+
+class WorkloadRecorder(autotvm.task.DispatchContext):
+    """Notes every AutoTVM workload a build asks a config for, and answers none itself."""
+
+    def __init__(self):
+        super().__init__()
+        self.workloads = []
+
+    def _query_inside(self, target, workload):
+        self.workloads.append(workload)
+
+    def update(self, target, workload, cfg):  # stock alter-layout hooks (dense_pack) call it
+        self._old_ctx.update(target, workload, cfg)
+
+
+def fused_workloads(mod, params=None, **build_options) -> list:
+    """The fast kernel's workloads ``tvm_fuse.build`` asks AutoTVM for, once each, in order."""
+    with WorkloadRecorder() as recorder:
+        build(mod, params, **build_options)
+    return list(dict.fromkeys(w for w in recorder.workloads if w[0] == FAST_KERNEL))
+
+
+def fused_conv_call(data, weight, bias=None, residual=None, **fields) -> relay.Call:
+    """A fused call of ``data`` (NHWC) and an HWIO ``weight`` (Relay vars, constants or fused
+    calls), its spec derived from their shapes; ``fields``: strides, padding, dilation,
+    activation, alpha."""
+    conv = {k: fields.pop(k) for k in ("strides", "padding", "dilation") if k in fields}
+    spec = KernelSpec.conv(_static_shape(data), _static_shape(weight), **conv)
+    spec = spec.with_epilogue(bias is not None, residual is not None, **fields)
+    return fused_call(spec, data, weight, bias, residual)
+
+
+def _static_shape(expr) -> tuple[int, ...]:
+    if is_fused_call(expr):
+        return spec_of_call(expr).out.shape
+    if isinstance(expr, relay.Constant):
+        return tuple(expr.data.shape)
+    return tuple(int(d) for d in expr.type_annotation.shape)

@@ -1,7 +1,7 @@
 """tvm_fuse inside tvmc: a composite target, and tvmc with it loaded.
 
 tvmc has no flag for custom passes; its extension point is the composite-target registry
-(``tvm.driver.tvmc.composite_target.REGISTERED_CODEGEN``, DESIGN.md §6). :func:`register` adds
+(``tvm.driver.tvmc.composite_target.REGISTERED_CODEGEN``). :func:`register` adds
 ``tvm_fuse`` to it, so that ``--target "tvm_fuse, llvm -mcpu=znver3"`` runs ``tvm_fuse.optimize``
 on the model before tvmc's own ``relay.build``. ``tvm_fuse`` is not a TVM target kind, so tvmc's
 target parser treats it as an extra target and builds everything for the ``llvm`` one: the
@@ -28,6 +28,8 @@ from tvm.driver import tvmc as stock_tvmc
 from tvm.driver.tvmc import composite_target
 from tvm.driver.tvmc import main as tvmc_main
 
+from . import onnx_compat
+from .dispatch import build_context
 from .pipeline import optimize
 
 NAME = "tvm_fuse"
@@ -66,10 +68,12 @@ def register() -> None:
 def main(argv=None) -> int:
     """tvmc with tvm_fuse registered: ``main(["compile", ...])``; returns tvmc's exit code."""
     register()
+    onnx_compat.install()
     # tvmc's ``main()`` reads sys.argv and exits; ``_main(argv)`` is the same without that.
-    return tvmc_main._main(  # pylint: disable=protected-access  (argv-taking tvmc entry point)
-        list(sys.argv[1:] if argv is None else argv)
-    )
+    with build_context():  # TopHub off: a build without --tuning-records would download it
+        return tvmc_main._main(  # pylint: disable=protected-access  (argv-taking entry point)
+            list(sys.argv[1:] if argv is None else argv)
+        )
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 
 MODELS = {"resnet-18": 18, "resnet-34": 34, "resnet-50": 50}
 
@@ -18,7 +17,6 @@ def main(argv=None) -> int:
     parser.add_argument("model", choices=sorted(MODELS))
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
-    os.environ.setdefault("TOPHUB_LOCATION", "NONE")
 
     from tvm.relay import testing  # pylint: disable=import-outside-toplevel
 

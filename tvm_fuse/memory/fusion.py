@@ -39,9 +39,10 @@ def _results(body) -> set:
 
 def _stages(call) -> list[str]:
     """The tensors a fused-op call computes in turn; the last one is its output."""
-    attrs = fused_op.read_attrs(call.attrs)
-    stages = ["conv2d"] + ["bias"] * attrs["has_bias"] + ["residual_add"] * attrs["has_residual"]
-    return stages + [attrs["activation"]] * (attrs["activation"] != "none")
+    spec = fused_op.spec_of_call(call)
+    stages = ["conv2d"] + ["bias"] * (spec.bias is not None)
+    stages += ["residual_add"] * (spec.residual is not None)
+    return stages + [spec.activation] * (spec.activation != "none")
 
 
 def _inside(call) -> list:

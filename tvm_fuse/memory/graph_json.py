@@ -108,19 +108,23 @@ def parse_graph(graph_json: str, param_names=()) -> Graph:
     return Graph(tuple(nodes), entries, _heads(graph))
 
 
-def graph_liveness(graph_json: str) -> Liveness:
-    """The executor's kernels and the live ranges of the tensors they write (``__nop`` reshapes
-    alias their input, as the executor runs them)."""
-    graph = parse_graph(graph_json)
-    values: dict[int, int | None] = {}
+def tensor_of_entries(graph: Graph) -> tuple[Liveness, list]:
+    """The executor's kernels and the live ranges of the tensors they write, and for each entry
+    the index of its tensor in that liveness (None for inputs and params). ``__nop`` reshapes
+    alias their input, as the executor runs them."""
+    values: list = [None] * len(graph.entries)
     schedule = Schedule()
     for node in graph.nodes:
-        if not node.func_name:
-            values.update({eid: None for eid in node.outputs})
-        elif node.func_name == NOP:
+        if node.func_name == NOP:
             values[node.outputs[0]] = values[node.inputs[0]]
-        else:
+        elif node.func_name:
             outs = [(graph.entries[e].shape, graph.entries[e].dtype) for e in node.outputs]
             ids = schedule.kernel(node.name, [values[e] for e in node.inputs], outs)
-            values.update(zip(node.outputs, ids))
-    return schedule.finish(values[eid] for eid in graph.heads)
+            for eid, value in zip(node.outputs, ids):
+                values[eid] = value
+    return schedule.finish(values[eid] for eid in graph.heads), values
+
+
+def graph_liveness(graph_json: str) -> Liveness:
+    """The liveness of exactly the kernels a built module's graph executor runs."""
+    return tensor_of_entries(parse_graph(graph_json))[0]

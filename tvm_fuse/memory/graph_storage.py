@@ -59,11 +59,6 @@ class GraphStorage:
         return self.bytes_of("output")
 
     @property
-    def external_bytes(self) -> int:
-        """Inputs and params."""
-        return self.bytes_of("input", "param")
-
-    @property
     def activation_bytes(self) -> int:
         """Intermediates and outputs: the storage TVM's plan shares between kernel outputs."""
         return self.bytes_of("intermediate", "output")

@@ -55,15 +55,6 @@ class Liveness:
     steps: tuple[str, ...]
     tensors: tuple[Tensor, ...]
 
-    def live_at(self, step: int) -> list[Tensor]:
-        return [t for t in self.tensors if t.start <= step <= t.end]
-
-    def by_name(self, name: str) -> Tensor:
-        for t in self.tensors:
-            if t.name == name:
-                return t
-        raise KeyError(f"tvm_fuse.memory: no tensor named {name!r}")
-
 
 class Schedule:
     """Collects kernels one by one; :meth:`finish` turns them into a :class:`Liveness`."""

@@ -1,26 +1,28 @@
 """Offset planning: place live ranges in one arena so that no two live tensors overlap.
 
-Pure Python on ``(size, start, end)`` blocks (sizes in bytes, ``[start, end]`` an inclusive
-range of kernel steps); it knows nothing of Relay. The baseline is TFLite's arena planner
-("greedy by size": largest first, each at the lowest offset that fits among the already placed
-tensors it shares a step with). The improvements: the same placement driven by three more orders
-(TFLite GPU's greedy-by-breadth, by first use, by lifetime) and a best-fit gap choice beside
-first-fit, then a seeded hill climb over the best order (as in TVM's USMP ``hill_climb``: move a
-block at the arena's top earlier, or swap two, keep what does not grow the arena) that stops at
-the lower bound. The smallest arena wins. On ResNet-50 the greedy ones end 11 % above the lower
-bound; the climb reaches it in about 0.1 s.
+Works on ``(size, start, end)`` blocks (sizes in bytes, ``[start, end]`` an inclusive range of
+kernel steps); it knows nothing of Relay. The placing itself is TVM's: the unified static memory
+planner's algorithms (``tir.usmp.algo``: greedy by size, greedy by conflicts, hill climb), run on
+one workspace pool; the smallest arena wins. What is ours is around them: the conflicts come from
+the live ranges of the kernels the graph executor runs, :func:`lower_bound` says how far from
+optimal the arena is, and :func:`find_overlap` checks the result independently.
 
-Offsets are multiples of ``alignment`` (64 bytes by default: a cache line, and what TVM's
-allocator gives each storage): every size is rounded up to it before placing. Refuses negative
-sizes, reversed ranges and a non-positive alignment.
+The arena is what an executor that places tensors at offsets could allocate; the graph executor
+cannot (one allocation per storage id), see ``sharing`` for the plan it runs. Offsets are
+multiples of ``alignment`` (64 bytes by default: a cache line, and what TVM's allocator gives
+each storage). Refuses negative sizes, reversed ranges and a non-positive alignment.
 """
 
 from __future__ import annotations
 
-import random
 from typing import NamedTuple, Sequence
 
+import tvm
+from tvm.ir.memory_pools import WorkspacePoolInfo
+from tvm.tir.usmp.utils import BufferInfo
+
 DEFAULT_ALIGNMENT = 64
+ALGORITHMS = ("greedy_by_size", "greedy_by_conflicts", "hill_climb")
 
 
 class Block(NamedTuple):
@@ -32,7 +34,7 @@ class Block(NamedTuple):
 
 
 class Placement(NamedTuple):
-    """Offsets (one per block, in input order), the arena size, the strategy that won."""
+    """Offsets (one per block, in input order), the arena size, the algorithm that won."""
 
     offsets: tuple[int, ...]
     arena: int
@@ -60,143 +62,6 @@ def lower_bound(blocks: Sequence[Block]) -> int:
     return best
 
 
-# -- orders: which block is placed next --------------------------------------------------------
-
-
-def by_size(blocks: Sequence[Block]) -> list[int]:
-    """TFLite's order: size descending, then first use."""
-    return sorted(range(len(blocks)), key=lambda i: (-blocks[i].size, blocks[i].start, i))
-
-
-def by_first_use(blocks: Sequence[Block]) -> list[int]:
-    return sorted(range(len(blocks)), key=lambda i: (blocks[i].start, -blocks[i].size, i))
-
-
-def by_lifetime(blocks: Sequence[Block]) -> list[int]:
-    """Longest-lived first (they constrain the most others), then size."""
-    return sorted(
-        range(len(blocks)),
-        key=lambda i: (blocks[i].start - blocks[i].end, -blocks[i].size, i),
-    )
-
-
-def by_breadth(blocks: Sequence[Block]) -> list[int]:
-    """TFLite GPU's greedy-by-breadth order: the steps with the most bytes live first; within a
-    step its not yet placed tensors, largest first."""
-    if not blocks:
-        return []
-    steps = range(min(b.start for b in blocks), max(b.end for b in blocks) + 1)
-    live = {s: [i for i, b in enumerate(blocks) if b.start <= s <= b.end] for s in steps}
-    breadth = {s: sum(blocks[i].size for i in live[s]) for s in steps}
-    order, seen = [], set()
-    for step in sorted(steps, key=lambda s: (-breadth[s], s)):
-        for i in sorted(live[step], key=lambda i: (-blocks[i].size, i)):
-            if i not in seen:
-                seen.add(i)
-                order.append(i)
-    return order
-
-
-# -- fits: where in the gaps between busy intervals a block goes --------------------------------
-
-
-def _gaps(busy: list[tuple[int, int]]):
-    """(offset, room) of each hole between sorted busy intervals, then the open end."""
-    cursor = 0
-    for lo, hi in busy:
-        if lo > cursor:
-            yield cursor, lo - cursor
-        cursor = max(cursor, hi)
-    yield cursor, None
-
-
-def first_fit(busy: list[tuple[int, int]], size: int) -> int:
-    return next(off for off, room in _gaps(busy) if room is None or room >= size)
-
-
-def best_fit(busy: list[tuple[int, int]], size: int) -> int:
-    """The smallest hole that holds ``size``; the open end only when no hole does."""
-    holes = [(room, off) for off, room in _gaps(busy) if room is not None and room >= size]
-    if holes:
-        return min(holes)[1]
-    return next(off for off, room in _gaps(busy) if room is None)
-
-
-# -- placement -----------------------------------------------------------------------------------
-
-
-class Placer:
-    """Places blocks in a given order; each block's time-overlapping neighbours are found once."""
-
-    def __init__(self, blocks: Sequence[Block], alignment: int = DEFAULT_ALIGNMENT):
-        self.blocks = list(blocks)
-        self.sizes = [align_up(b.size, alignment) for b in self.blocks]
-        by_start = sorted(range(len(self.blocks)), key=lambda i: self.blocks[i].start)
-        self.neighbours: list[list[int]] = [[] for _ in self.blocks]
-        for pos, i in enumerate(by_start):
-            for j in by_start[pos + 1 :]:
-                if self.blocks[j].start > self.blocks[i].end:
-                    break
-                if self.sizes[i] and self.sizes[j]:
-                    self.neighbours[i].append(j)
-                    self.neighbours[j].append(i)
-
-    def place(self, order: Sequence[int], fit) -> tuple[list[int], int]:
-        """Offsets (by block) and arena size when ``fit`` places the blocks in ``order``."""
-        offsets: list = [None] * len(self.blocks)
-        for i in order:
-            busy = sorted(
-                (offsets[j], offsets[j] + self.sizes[j])
-                for j in self.neighbours[i]
-                if offsets[j] is not None
-            )
-            offsets[i] = fit(busy, self.sizes[i])
-        arena = max((off + size for off, size in zip(offsets, self.sizes)), default=0)
-        return offsets, arena
-
-
-def place(blocks, order, fit, alignment: int = DEFAULT_ALIGNMENT) -> tuple[list[int], int]:
-    """Place ``blocks`` in ``order``, each where ``fit`` says among the time-overlapping ones."""
-    return Placer(blocks, alignment).place(order, fit)
-
-
-def hill_climb(placer: Placer, order, fit, floor: int, budget: int, seed: int = 0):
-    """Improve a placement order: move a block that touches the arena's top earlier (or swap two
-    blocks at random, half the time) and keep the new order when the arena does not grow.
-    Stops at ``floor`` (no arena is smaller) or after ``budget`` tries. Seeded: deterministic."""
-    rng = random.Random(seed)
-    order = list(order)
-    offsets, arena = placer.place(order, fit)
-    for _ in range(budget):
-        if arena <= floor:
-            break
-        trial = list(order)
-        if rng.random() < 0.5:
-            top = [k for k, i in enumerate(trial) if offsets[i] + placer.sizes[i] == arena]
-            k = rng.choice(top)
-            trial.insert(rng.randrange(k + 1), trial.pop(k))
-        else:
-            k, m = rng.randrange(len(trial)), rng.randrange(len(trial))
-            trial[k], trial[m] = trial[m], trial[k]
-        trial_offsets, trial_arena = placer.place(trial, fit)
-        if trial_arena <= arena:
-            order, offsets, arena = trial, trial_offsets, trial_arena
-    return offsets, arena
-
-
-ORDERS = {
-    "size": by_size,
-    "breadth": by_breadth,
-    "first-use": by_first_use,
-    "lifetime": by_lifetime,
-}
-FITS = {"first-fit": first_fit, "best-fit": best_fit}
-TFLITE_BASELINE = "greedy-by-size/first-fit"
-GREEDY = tuple(f"greedy-by-{o}/{f}" for o in ORDERS for f in FITS)
-HILL_CLIMB = "hill-climb"
-CLIMB_BUDGET = 3000
-
-
 def _check(blocks: Sequence[Block], alignment: int) -> None:
     if alignment <= 0:
         raise ValueError(f"tvm_fuse.memory: alignment must be positive, got {alignment}")
@@ -205,29 +70,45 @@ def _check(blocks: Sequence[Block], alignment: int) -> None:
             raise ValueError(f"tvm_fuse.memory: block {i} {b} has a negative size or range")
 
 
+def _buffer_infos(blocks: Sequence[Block], alignment: int) -> list:
+    """One USMP ``BufferInfo`` per block, in conflict with the blocks live at a common step."""
+    pool = WorkspacePoolInfo("tvm_fuse_arena", [tvm.target.Target("c")])
+    infos = [BufferInfo(f"t{i}", b.size, [pool], alignment) for i, b in enumerate(blocks)]
+    for i, a in enumerate(blocks):
+        infos[i].set_conflicts(
+            [infos[j] for j, b in enumerate(blocks) if j != i and overlaps_in_time(a, b)]
+        )
+    return infos
+
+
+def usmp_offsets(blocks: Sequence[Block], algorithm: str, alignment: int) -> list[int]:
+    """The offsets TVM's USMP ``algorithm`` gives ``blocks`` (memory pressure: the lower bound,
+    which the hill climb aims for)."""
+    infos = _buffer_infos(blocks, alignment)
+    allocate = tvm.get_global_func(f"tir.usmp.algo.{algorithm}")
+    allocations = allocate(infos, lower_bound(blocks))
+    return [int(allocations[info].byte_offset) for info in infos]
+
+
 def plan_offsets(
     blocks: Sequence[Block],
     alignment: int = DEFAULT_ALIGNMENT,
-    strategies: Sequence[str] = (*GREEDY, HILL_CLIMB),
+    algorithms: Sequence[str] = ALGORITHMS,
 ) -> Placement:
-    """The smallest arena over ``strategies``: greedy ones (``"greedy-by-<order>/<fit>"``) and,
-    last, ``"hill-climb"`` from the best greedy order found so far."""
+    """The smallest arena over USMP's ``algorithms``; each result is checked for overlaps."""
     blocks = [Block(*b) for b in blocks]
     _check(blocks, alignment)
-    placer = Placer(blocks, alignment)
-    floor = lower_bound([Block(size, b.start, b.end) for size, b in zip(placer.sizes, blocks)])
-    best, start = None, None
-    for name in strategies:
-        if name == HILL_CLIMB:
-            order, fit = start or (by_size(blocks), first_fit)
-            offsets, arena = hill_climb(placer, order, fit, floor, CLIMB_BUDGET)
-            name = f"{HILL_CLIMB} from {best.strategy if best else TFLITE_BASELINE}"
-        else:
-            order_name, fit_name = name.removeprefix("greedy-by-").split("/")
-            order, fit = ORDERS[order_name](blocks), FITS[fit_name]
-            offsets, arena = placer.place(order, fit)
+    if not blocks:
+        return Placement((), 0, algorithms[0])
+    best = None
+    for name in algorithms:
+        offsets = usmp_offsets(blocks, name, alignment)
+        pair = find_overlap(blocks, offsets)
+        if pair is not None:  # never seen; a USMP bug must not become a wrong plan
+            raise AssertionError(f"tvm_fuse.memory: USMP {name} overlapped blocks {pair}")
+        arena = max(off + align_up(b.size, alignment) for off, b in zip(offsets, blocks))
         if best is None or arena < best.arena:
-            best, start = Placement(tuple(offsets), arena, name), (order, fit)
+            best = Placement(tuple(offsets), arena, name)
     return best
 
 

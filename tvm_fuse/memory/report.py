@@ -22,6 +22,7 @@ from typing import Callable, Optional
 import tvm
 from tvm import relay
 
+from ..dispatch import build_context
 from .fusion import fused_away
 from .graph_storage import graph_storage
 from .plan import plan_graph
@@ -142,16 +143,16 @@ def format_report(rep: MemoryReport) -> str:
 def build_column(label: str, mod, params, target) -> Column:
     """``relay.optimize`` then ``relay.build`` of ``mod`` under ``opt_level=3``; its column."""
     mod = tvm.IRModule(dict(mod.functions), mod.type_definitions)  # optimize binds in place
-    with tvm.transform.PassContext(opt_level=FUSION_OPT_LEVEL):
+    with tvm.transform.PassContext(opt_level=FUSION_OPT_LEVEL), build_context():
         fused_mod, fused_params = relay.optimize(mod, target, params)
         lib = relay.build(fused_mod, target=target, params=fused_params)
     return column(label, fused_mod, lib.get_graph_json())
 
 
 def _tvm_fuse_optimize(mod, params):
-    import tvm_fuse  # pylint: disable=import-outside-toplevel  (tvm_fuse.__init__ may import us)
+    from ..pipeline import optimize  # pylint: disable=import-outside-toplevel
 
-    return tvm_fuse.optimize(mod, params)
+    return optimize(mod, params)
 
 
 def report(

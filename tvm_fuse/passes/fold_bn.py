@@ -1,26 +1,35 @@
 """FoldBatchNorm: fold inference ``nn.batch_norm`` into the preceding ``nn.conv2d``.
 
 Pipeline position: the first pass of ``tvm_fuse.pipeline()``, before ``ConvertLayoutNHWC`` and
-fusion, so that those see ``conv2d -> bias_add -> activation`` chains. Run it after binding params
-(``relay.build_module.bind_params_by_name``): weights and BN statistics that are not
-``relay.Constant`` (e.g. still function parameters) are left alone.
+fusion, so that those see ``conv2d -> bias_add -> activation`` chains.
 
 It matches (the bias step is optional)::
 
     %0 = nn.conv2d(%data, %weight, ...);
-    %1 = nn.bias_add(%0, %bias, axis=C);  /* or add(%0, %bias), %bias a per-channel constant */
+    %1 = nn.bias_add(%0, %bias, axis=C);  /* or add(%0, %bias), %bias one value per channel */
     %2 = nn.batch_norm(%1, %gamma, %beta, %mean, %var, axis=C, epsilon=eps, center=?, scale=?);
     %2.0
 
-and rewrites it to ``nn.bias_add(nn.conv2d(%data, W', ...), B', axis=C)``, with ``W'`` and ``B'``
-new constants computed now by :func:`tvm_fuse.bn_fold.fold_bn` (no multiply, add or sqrt left).
+and rewrites it to ``nn.bias_add(nn.conv2d(%data, W', ...), B', axis=C)``. When the weight, bias
+and used BN parameters are all constants (params bound first), ``W'`` and ``B'`` are new
+constants computed now by :func:`tvm_fuse.bn_fold.fold_bn`. Otherwise (e.g. function parameters
+that ``relay.build(mod, params=...)`` binds later) they are Relay expressions of those operands,
+the same arithmetic in float64 (``W' = w * s`` along the weight's 'O' axis, ``s = gamma /
+sqrt(var + eps)``, ``B' = beta + (b - mean) * s``), which ``relay.build``'s own FoldConstant
+turns into the same constants once it binds the params; operands never bound are computed at
+every run, still giving the BN's result.
+
+Non-finite statistics: where ``var + eps <= 0`` the constant path refuses (the BN stays); the
+symbolic path cannot see the values, and a channel whose scale ``s`` is infinite or NaN comes
+out NaN throughout, where the unfolded BN gives +-inf in some places and NaN in others. Finite
+statistics give the unfolded result up to rounding, non-finite inputs included.
 
 It refuses (leaves the match unchanged, so the graph still computes the same) when: the conv or
-bias output has another consumer; the BN's mean/var outputs are used; a weight, bias or used BN
-parameter is not a constant; the dtypes are not one float type (e.g. int8 convs, or an
-``out_dtype`` other than the data's); the layouts are packed, or the BN's (or bias_add's) axis is
-not the conv's output channel axis; the weight's 'O' axis is not the output channels (depthwise
-``HWOI`` with a channel multiplier); an ``add`` operand is not per-channel; ``var + eps`` <= 0.
+bias output has another consumer; the BN's mean/var outputs are used; the dtypes are not one
+float type (e.g. int8 convs, or an ``out_dtype`` other than the data's); the layouts are packed,
+or the BN's (or bias_add's) axis is not the conv's output channel axis; the weight's 'O' axis is
+not the output channels (depthwise ``HWOI`` with a channel multiplier); an ``add`` operand is not
+per-channel; constant statistics with ``var + eps`` <= 0.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from ..bn_fold import fold_bn
 from ..ir_utils import relay_functions, use_counts
 
 _FLOATS = ("float16", "float32", "float64")
+_STATS = ("gamma", "beta", "mean", "var")
 
 
 class _FoldCallback(DFPatternCallback):
@@ -42,21 +52,28 @@ class _FoldCallback(DFPatternCallback):
     def __init__(self, counts):
         super().__init__(require_type=False, rewrite_once=True)
         self.counts = counts
-        self.data = wildcard()
-        conv = is_op("nn.conv2d")(self.data, wildcard())
+        self.data, self.weight = wildcard(), wildcard()
+        self.biases = (wildcard(), wildcard())  # the bias_add / add operand
+        self.stats = tuple(wildcard() for _ in _STATS)
+        conv = is_op("nn.conv2d")(self.data, self.weight)
         biased = conv.optional(
-            lambda x: is_op("nn.bias_add")(x, wildcard()) | is_op("add")(x, wildcard())
+            lambda x: is_op("nn.bias_add")(x, self.biases[0]) | is_op("add")(x, self.biases[1])
         )
-        bn = is_op("nn.batch_norm")(biased, wildcard(), wildcard(), wildcard(), wildcard())
+        bn = is_op("nn.batch_norm")(biased, *self.stats)
         self.pattern = is_tuple_get_item(bn, 0)
 
     def callback(self, pre, post, node_map):
-        folded = _fold(pre.tuple_value, self.counts, node_map[self.data][0])
+        new = {"data": node_map[self.data][0], "weight": node_map[self.weight][0]}
+        new["bias"] = next((node_map[b][0] for b in self.biases if b in node_map), None)
+        new.update((name, node_map[p][0]) for name, p in zip(_STATS, self.stats))
+        folded = _fold(pre.tuple_value, self.counts, new)
         return post if folded is None else folded
 
 
-def _fold(bn, counts, data):
-    """The folded ``bias_add(conv2d(data, W'), B')`` for the chain ending in ``bn``, or None."""
+def _fold(bn, counts, new):
+    """The folded ``bias_add(conv2d(data, W'), B')`` for the chain ending in ``bn``, or None.
+
+    ``new`` holds the rewritten (``post``) data, weight, bias and BN operands by name."""
     conv, bias_op = _split(bn.args[0])
     # TVM's PatternGrouper already drops matches whose inner nodes are used outside; this keeps
     # the rule (pytorch#104593) explicit and independent of that.
@@ -66,17 +83,66 @@ def _fold(bn, counts, data):
     if axis is None or not _same_float_dtype(conv):
         return None
     channels = int(conv.checked_type.shape[axis])
-    bias = _bias_value(bias_op, conv, axis, channels)
-    params = _bn_params(bn)
-    weight = _constant(conv.args[1])
-    if bias is None or params is None or weight is None:
-        return None
     out_axis = conv.attrs.kernel_layout.index("O")
-    if weight.shape[out_axis] != channels or not np.all(params["var"] + bn.attrs.epsilon > 0):
+    if int(conv.args[1].checked_type.shape[out_axis]) != channels:
         return None
-    new_w, new_b = fold_bn(weight, bias, eps=bn.attrs.epsilon, out_axis=out_axis, **params)
-    new_conv = relay.Call(conv.op, [data, relay.const(new_w)], conv.attrs)
-    return relay.nn.bias_add(new_conv, relay.const(new_b), axis=axis)
+    if bias_op is not None and not _bias_is_per_channel(bias_op, conv, axis, channels):
+        return None
+    used = {"gamma": bn.attrs.scale, "beta": bn.attrs.center, "mean": True, "var": True}
+    operands = {name: new[name] if use else None for name, use in used.items()}
+    operands.update(weight=new["weight"], bias=new["bias"])
+    fold = _fold_constants if _all_constant(operands) else _fold_symbolic
+    folded = fold(operands, bn.attrs.epsilon, out_axis, channels)
+    if folded is None:
+        return None
+    new_conv = relay.Call(conv.op, [new["data"], folded[0]], conv.attrs)
+    return relay.nn.bias_add(new_conv, folded[1], axis=axis)
+
+
+def _all_constant(operands):
+    return all(e is None or isinstance(e, relay.Constant) for e in operands.values())
+
+
+def _fold_constants(operands, eps, out_axis, channels):
+    """(W', B') as new constants, computed now by ``bn_fold.fold_bn``; None if var + eps <= 0."""
+    values = {name: None if e is None else e.data.numpy() for name, e in operands.items()}
+    if not np.all(values["var"] + eps > 0):
+        return None
+    if values["bias"] is not None:
+        values["bias"] = np.broadcast_to(values["bias"].reshape(-1), (channels,))
+    new_w, new_b = fold_bn(eps=eps, out_axis=out_axis, **values)
+    return relay.const(new_w), relay.const(new_b)
+
+
+def _fold_symbolic(operands, eps, out_axis, channels):
+    """(W', B') as Relay expressions of the operands, in float64 like ``bn_fold.fold_bn``, so
+    that FoldConstant gives the same constants once the params are bound."""
+    weight = operands["weight"]
+    dtype = weight.checked_type.dtype
+
+    def f64(name, fill):
+        expr = operands[name]
+        if expr is None:
+            return relay.const(fill, "float64")
+        return relay.cast(expr, "float64")
+
+    bias = operands["bias"]
+    if bias is not None and [int(d) for d in bias.checked_type.shape] != [channels]:
+        operands["bias"] = relay.broadcast_to(relay.reshape(bias, [-1]), [channels])
+    scale = f64("gamma", 1.0) / relay.sqrt(f64("var", 0.0) + relay.const(eps, "float64"))
+    shift = f64("beta", 0.0) + (f64("bias", 0.0) - f64("mean", 0.0)) * scale
+    bshape = [1] * len(weight.checked_type.shape)
+    bshape[out_axis] = channels
+    new_w = relay.cast(weight, "float64") * relay.reshape(scale, bshape)
+    return _narrow(new_w, dtype), _narrow(shift, dtype)
+
+
+def _narrow(expr, dtype):
+    """``expr`` (float64) cast to ``dtype``; via float32 for float16, because LLVM's direct
+    float64 -> float16 conversion gives zeros on x86 (a rounding may differ from NumPy's)."""
+    if dtype == "float16":
+        expr = relay.cast(expr, "float32")
+    return relay.cast(expr, dtype)
 
 
 def _split(expr):
@@ -103,39 +169,17 @@ def _same_float_dtype(conv):
     return data in _FLOATS and data == weight == out_dtype
 
 
-def _bias_value(bias_op, conv, axis, channels):
-    """The conv bias as a [C] array (zeros without a bias step), or None if it cannot be folded."""
-    if bias_op is None:
-        return np.zeros(channels)
-    other = [a for a in bias_op.args if not a.same_as(conv)]
-    value = _constant(other[0]) if len(other) == 1 else None
-    if value is None:
-        return None
+def _bias_is_per_channel(bias_op, conv, axis, channels):
+    """Whether the bias step adds one value per output channel (or one for all)."""
     if bias_op.op.name == "nn.bias_add":
-        return value if bias_op.attrs.axis % 4 == axis else None
-    return _per_channel(value, axis, channels)
-
-
-def _per_channel(value, axis, channels):
-    """``value`` (an ``add`` operand broadcast against a 4-d output) as [C], or None."""
-    shape = (1,) * (4 - value.ndim) + value.shape
-    others_one = all(d == 1 for i, d in enumerate(shape) if i != axis)
-    if value.ndim > 4 or not others_one or shape[axis] not in (1, channels):
-        return None
-    return np.broadcast_to(value.reshape(-1), (channels,))
-
-
-def _bn_params(bn):
-    """gamma/beta/mean/var as arrays (gamma/beta None when scale/center is off), or None."""
-    names = ("gamma", "beta", "mean", "var")
-    used = (bn.attrs.scale, bn.attrs.center, True, True)
-    params = {n: _constant(a) if u else None for n, a, u in zip(names, bn.args[1:], used)}
-    missing = any(params[n] is None for n, u in zip(names, used) if u)
-    return None if missing else params
-
-
-def _constant(expr):
-    return expr.data.numpy() if isinstance(expr, relay.Constant) else None
+        return bias_op.attrs.axis % 4 == axis
+    other = [a for a in bias_op.args if not a.same_as(conv)]
+    if len(other) != 1:
+        return False
+    shape = tuple(int(d) for d in other[0].checked_type.shape)
+    padded = (1,) * (4 - len(shape)) + shape
+    others_one = all(d == 1 for i, d in enumerate(padded) if i != axis)
+    return len(shape) <= 4 and others_one and padded[axis] in (1, channels)
 
 
 def FoldBatchNorm() -> tvm.transform.Pass:  # pylint: disable=invalid-name  (TVM pass factory)

@@ -27,6 +27,7 @@ from tvm import relay
 
 from .. import op as fused_op
 from ..ir_utils import deep_recursion, use_counts
+from ..spec import KernelSpec
 
 
 def _static_shape(ty):
@@ -53,13 +54,10 @@ def _conv_to_fused(call, original, _uses):
     padding = [int(p) for p in attrs.padding]
     if len(padding) == 2:
         padding = padding * 2
-    return fused_op.fused_conv2d(
-        call.args[0],
-        call.args[1],
-        strides=attrs.strides,
-        padding=padding,
-        dilation=attrs.dilation,
+    spec = KernelSpec.conv(
+        _static_shape(data_ty), _static_shape(weight_ty), attrs.strides, padding, attrs.dilation
     )
+    return fused_op.fused_call(spec, call.args[0], call.args[1])
 
 
 def _is_op(call, *names) -> bool:
@@ -67,25 +65,23 @@ def _is_op(call, *names) -> bool:
 
 
 def _open_fused(expr, original, uses, *, free, consumers=1):
-    """The attrs of ``expr`` if it may still absorb a step, else None: ``expr`` is a fused call,
-    its ``free`` attributes are still unset, and the original intermediate it stands for has
-    exactly ``consumers`` consumers (all of them inside the step being absorbed)."""
+    """The spec of ``expr`` if it may still absorb a step, else None: ``expr`` is a fused call,
+    its ``free`` fields (bias, residual, activation) are still unset, and the original
+    intermediate it stands for has exactly ``consumers`` consumers (all of them inside the step
+    being absorbed)."""
     if not fused_op.is_fused_call(expr) or uses.get(original, 0) != consumers:
         return None
-    attrs = fused_op.read_attrs(expr.attrs)
-    return attrs if all(attrs[name] in (False, "none") for name in free) else None
+    spec = fused_op.spec_of_call(expr)
+    return spec if all(getattr(spec, name) in (None, "none") for name in free) else None
 
 
-def _regrow(fused, attrs, **changes):
-    """A copy of the fused call with some of bias, residual, activation and alpha replaced."""
-    roles = ["data", "weight"] + ["bias"] * attrs["has_bias"] + ["residual"] * attrs["has_residual"]
-    args = {"bias": None, "residual": None, **dict(zip(roles, fused.args))}
-    args.update((k, v) for k, v in changes.items() if k in ("bias", "residual"))
-    keep = ("strides", "padding", "dilation", "kernel_layout", "out_dtype", "activation", "alpha")
-    kwargs = {k: changes.get(k, attrs[k]) for k in keep}
-    return fused_op.fused_conv2d(
-        args["data"], args["weight"], args["bias"], args["residual"], **kwargs
-    )
+def _regrow(fused, spec, *, bias=None, residual=None, **changes):
+    """A copy of the fused call with its spec grown: a bias or residual argument added, or the
+    activation (and alpha) set."""
+    args = {"bias": None, "residual": None, **fused_op.call_arguments(fused)}
+    args.update((k, v) for k, v in (("bias", bias), ("residual", residual)) if v is not None)
+    grown = spec.with_epilogue(bias is not None, residual is not None, **changes)
+    return fused_op.fused_call(grown, **args)
 
 
 def _per_channel_bias(expr, ty, channels):
@@ -107,12 +103,11 @@ def _absorb_bias(call, original, uses):
         return None
     if call.op.name == "nn.bias_add" and int(call.attrs.axis) not in (3, -1):
         return None
-    attrs = _open_fused(call.args[0], original.args[0], uses, free=("has_bias", "activation"))
-    if attrs is None:
+    spec = _open_fused(call.args[0], original.args[0], uses, free=("bias", "activation"))
+    if spec is None:
         return None
-    channels = _static_shape(original.checked_type)[3]
-    bias = _per_channel_bias(call.args[1], original.args[1].checked_type, channels)
-    return None if bias is None else _regrow(call.args[0], attrs, bias=bias)
+    bias = _per_channel_bias(call.args[1], original.args[1].checked_type, spec.out_channels)
+    return None if bias is None else _regrow(call.args[0], spec, bias=bias)
 
 
 def _absorb_residual(call, original, uses):
@@ -122,13 +117,13 @@ def _absorb_residual(call, original, uses):
         return None
     out_type = original.checked_type
     for mine, other in ((0, 1), (1, 0)):
-        attrs = _open_fused(
-            call.args[mine], original.args[mine], uses, free=("has_residual", "activation")
+        spec = _open_fused(
+            call.args[mine], original.args[mine], uses, free=("residual", "activation")
         )
-        if attrs is not None and tvm.ir.structural_equal(
+        if spec is not None and tvm.ir.structural_equal(
             original.args[other].checked_type, out_type
         ):
-            return _regrow(call.args[mine], attrs, residual=call.args[other])
+            return _regrow(call.args[mine], spec, residual=call.args[other])
     return None
 
 
@@ -155,10 +150,10 @@ def _absorb_activation(call, original, uses):
     activation = _activation_of(call)
     if activation is None:
         return None
-    attrs = _open_fused(call.args[0], original.args[0], uses, free=("activation",))
-    if attrs is None:
+    spec = _open_fused(call.args[0], original.args[0], uses, free=("activation",))
+    if spec is None:
         return None
-    return _regrow(call.args[0], attrs, activation=activation[0], alpha=activation[1])
+    return _regrow(call.args[0], spec, activation=activation[0], alpha=activation[1])
 
 
 def _absorb_silu(call, original, uses):
@@ -172,11 +167,11 @@ def _absorb_silu(call, original, uses):
             continue
         if not sig_original.args[0].same_as(original.args[mine]) or uses.get(sig_original) != 1:
             continue
-        attrs = _open_fused(
+        spec = _open_fused(
             call.args[mine], original.args[mine], uses, free=("activation",), consumers=2
         )
-        if attrs is not None:
-            return _regrow(call.args[mine], attrs, activation="silu")
+        if spec is not None:
+            return _regrow(call.args[mine], spec, activation="silu")
     return None
 
 

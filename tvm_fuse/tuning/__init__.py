@@ -1,36 +1,39 @@
-"""AutoTVM tuning of the fused kernel's knobs, locally or through TVM's RPC tracker (issue 7).
+"""AutoTVM tuning of the fused kernel's knobs, locally or through TVM's RPC tracker.
 
-Where it sits: beside the build. ``extract_tasks`` finds the kernels a ``tvm_fuse.build`` would
-compile (the packed-weight workloads of ``conv2d_nhwc_fused.x86``), ``tune`` searches their
-knobs and appends AutoTVM records, and ``tvm_fuse.build(..., tuning_records=log)`` applies them
-after ``check_records`` has validated the whole log. One job per module:
+Where it sits: above the build, which never imports it. ``extract_tasks`` finds the kernels a
+``tvm_fuse.build`` would compile (the workloads of ``conv2d_nhwc_fused.x86``), ``tune`` searches
+their knobs and appends AutoTVM records, and ``tvm_fuse.build(..., tuning_records=log)`` applies
+them after ``check_records`` (registered with ``tvm_fuse.dispatch``) has validated the
+whole log. One job per module:
 
 - ``tasks``    task extraction from a module, as the real build sees it
-- ``records``  reading, validating and applying logs
+- ``records``  reading and validating logs
 - ``rpc``      the tracker address, its pre-flight check and the ``RPCRunner``
 - ``tuner``    the tuning loop with its progress lines and Ctrl-C handling
-- ``cli``      the ``tvm-fuse tune`` subcommand (``add_cli``)
+- ``cli``      the ``tvm-fuse tune`` subcommand (a tool: ``tvm_fuse.cli`` imports it)
+
+The names load on first use (``tvm_fuse.lazy``), so that ``tvm-fuse --help`` imports no TVM;
+importing ``records`` registers ``check_records`` with ``tvm_fuse.dispatch``.
 """
 
-from .cli import add_cli
-from .records import RecordsError, apply_records, check_records
-from .rpc import TrackerError, check_tracker, parse_tracker, rpc_runner
-from .tasks import extract_tasks
-from .tuner import TaskResult, TuneResult, default_tuner, local_runner, tune
+from ..lazy import lazy_exports
 
-__all__ = [
-    "RecordsError",
-    "TaskResult",
-    "TrackerError",
-    "TuneResult",
-    "add_cli",
-    "apply_records",
-    "check_records",
-    "check_tracker",
-    "default_tuner",
-    "extract_tasks",
-    "local_runner",
-    "parse_tracker",
-    "rpc_runner",
-    "tune",
-]
+#: public name -> the submodule that defines it
+_EXPORTS = {
+    "add_cli": "cli",
+    "RecordsError": "records",
+    "check_records": "records",
+    "TrackerError": "rpc",
+    "check_tracker": "rpc",
+    "parse_tracker": "rpc",
+    "rpc_runner": "rpc",
+    "extract_tasks": "tasks",
+    "TaskResult": "tuner",
+    "TuneResult": "tuner",
+    "default_tuner": "tuner",
+    "local_runner": "tuner",
+    "tune": "tuner",
+}
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -17,12 +17,12 @@ have (the analytic default is used for kernels without a record), records of oth
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 
 from tvm import autotvm
 
+from .. import dispatch
 from ..schedules.conv2d_nhwc_fused import NAME as FUSED_TASK
 from ..target import as_target
 
@@ -127,11 +127,4 @@ def check_records(path, target=None) -> list:
     return [record for _, record in numbered]
 
 
-@contextlib.contextmanager
-def apply_records(records):
-    """``autotvm.apply_history_best`` over already checked ``records`` (None: nothing applied)."""
-    if records is None:
-        yield None
-        return
-    with autotvm.apply_history_best(records) as context:
-        yield context
+dispatch.set_records_checker(check_records)  # how tvm_fuse.build validates its tuning_records

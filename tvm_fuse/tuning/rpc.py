@@ -39,7 +39,8 @@ def _summary(host, port, timeout) -> dict:
     except OSError as err:
         raise TrackerError(
             f"RPC tracker {host}:{port} is unreachable ({err.strerror or err}); start it with "
-            f"'python -m tvm.exec.rpc_tracker --host 0.0.0.0 --port {port}'"
+            f"'python -m tvm.exec.rpc_tracker --host {host} --port {port}' (an address of a "
+            "trusted network only: TVM's RPC has no authentication)"
         ) from None
     answer: dict = {}
 

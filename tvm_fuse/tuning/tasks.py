@@ -1,37 +1,22 @@
 """Tuning tasks: one per distinct fused-kernel workload that ``tvm_fuse.build`` compiles.
 
-``autotvm.task.extract_from_program`` lowers the module with AlterOpLayout *disabled*, but the
-fast kernel exists only after AlterOpLayout has packed the weight (``tvm_fuse.strategy``): on
-the plain optimized module every fused call takes the generic implementation, which has no
-template, and nothing is extracted. So the module is first taken through the same
-``AlterOpLayout -> FoldConstant`` that ``relay.build`` runs at opt_level 3 under the target,
-and the tasks are extracted from that. Their workloads are the ones the real build queries
-(``tests/test_tune.py`` checks this with a recording DispatchContext).
+The tasks are extracted (``autotvm.task.extract_from_program``) from the module exactly as
+``tvm_fuse.optimize`` leaves it for the target: its weights are already packed by the pipeline,
+and the template's workload is the logical one (``schedules.conv2d_nhwc_fused.WORKLOAD_FIELDS``),
+so stock task extraction, ``tvmc tune`` included, finds the same tasks whose records the build
+queries (``tests/test_tune.py`` checks this with a recording DispatchContext).
 
 Only the fused op is extracted; stock ops of the model (e.g. a dense layer) are not tuned here.
 """
 
 from __future__ import annotations
 
-import tvm
 from tvm import autotvm, relay
 
-from .. import pipeline
+from .. import dispatch
+from ..pipeline import optimize
 from ..op import OP_NAME
 from ..target import as_target
-
-
-def as_built(mod: tvm.IRModule, target) -> tvm.IRModule:
-    """An optimized ``mod`` after the layout alteration ``relay.build`` applies for ``target``."""
-    seq = tvm.transform.Sequential(
-        [
-            relay.transform.InferType(),
-            relay.transform.AlterOpLayout(),
-            relay.transform.FoldConstant(),
-        ]
-    )
-    with target, tvm.transform.PassContext(opt_level=pipeline.OPT_LEVEL):
-        return seq(mod)
 
 
 def extract_tasks(mod, params=None, target=None) -> list[autotvm.task.Task]:
@@ -42,8 +27,11 @@ def extract_tasks(mod, params=None, target=None) -> list[autotvm.task.Task]:
     (see ``strategy.fast_path_refusal``) have no knobs and give no task.
     """
     target = as_target(target)
-    built = as_built(pipeline.optimize(mod, params), target)
-    return autotvm.task.extract_from_program(built, {}, target, ops=[relay.op.get(OP_NAME)])
+    optimized = optimize(mod, params, target)
+    with dispatch.build_context():
+        return autotvm.task.extract_from_program(
+            optimized, {}, target, ops=[relay.op.get(OP_NAME)]
+        )
 
 
 def default_config_index(task: autotvm.task.Task) -> int:

@@ -5,7 +5,10 @@ first is the analytic default (``tasks.default_config_index``), so the log's bes
 config measured slower than what an untuned build gets; the rest come from an AutoTVM tuner.
 Every measurement is appended to ``log_file`` as one AutoTVM record line
 (``autotvm.callback.log_to_file``), failed ones included, so the log is valid after every batch.
-Measurement is local (``autotvm.LocalRunner``) unless a runner, or a tracker and key, are given.
+Measurement is local (:class:`LoopbackRunner`) unless a runner, or a tracker and key, are given.
+The local runner is AutoTVM's ``LocalRunner`` with its RPC tracker and server bound to 127.0.0.1:
+the stock one binds them to 0.0.0.0, and TVM's RPC has no authentication (anyone who reaches the
+port may upload and run code).
 
 Progress: a live line per task on a terminal, and one summary line per task when it is done
 (trials, failures, best time and GFLOP/s). A failed measurement (compile error, timeout) counts as
@@ -21,6 +24,7 @@ from pathlib import Path
 
 from tvm import autotvm
 
+from ..schedules import conv2d_nhwc_fused as fast
 from ..target import as_target
 from . import rpc
 from .tasks import default_config_index, extract_tasks
@@ -74,18 +78,44 @@ def default_tuner() -> str:
 MIN_REPEAT_MS = 100
 
 
+class LoopbackRunner(autotvm.LocalRunner):
+    """``autotvm.LocalRunner`` whose RPC tracker and server listen on 127.0.0.1 only."""
+
+    HOST = "127.0.0.1"
+
+    def set_task(self, task):
+        # pylint: disable=import-outside-toplevel  (as autotvm does: the RPC modules start procs)
+        from tvm.rpc.server import Server
+        from tvm.rpc.tracker import Tracker
+
+        self.task = task
+        tracker = Tracker(host=self.HOST, port=9000, port_end=10000, silent=True)
+        key = f"$local$device${tracker.port}"
+        server = Server(
+            host=self.HOST,
+            port=9000,
+            port_end=10000,
+            key=key,
+            silent=True,
+            tracker_addr=(self.HOST, tracker.port),
+        )
+        self.key, self.host, self.port = key, self.HOST, tracker.port
+        autotvm.RPCRunner.set_task(self, task)
+        return server, tracker
+
+
 def local_runner(
     number: int = 5,
     repeat: int = 3,
     timeout: float = 10.0,
     flush_cache: bool = True,
     min_repeat_ms: int = MIN_REPEAT_MS,
-) -> autotvm.LocalRunner:
-    """The default runner: this machine, ``repeat`` timings of at least ``number`` runs and
-    ``min_repeat_ms`` each, with the CPU caches flushed before each repeat (a kernel inside a
+) -> LoopbackRunner:
+    """The default runner: this machine (RPC on 127.0.0.1 only), ``repeat`` timings of at least
+    ``number`` runs and ``min_repeat_ms`` each, with the CPU caches flushed before each repeat (a kernel inside a
     model meets cold weights) unless ``flush_cache`` is False (a kernel timed on its own, warm,
     as the layer benchmark does)."""
-    return autotvm.LocalRunner(
+    return LoopbackRunner(
         number=number,
         repeat=repeat,
         timeout=timeout,
@@ -111,10 +141,10 @@ def _shape(tensor_arg) -> str:
 
 
 def describe_workload(workload) -> str:
-    """``data [1,56,56,64] weight [16,3,3,64,8] s2 relu`` from a fused-kernel workload."""
-    _, data, weight, *_ = workload
-    strides, activation = workload[5], workload[9]
-    return f"data {_shape(data)} weight {_shape(weight)} s{strides[0]} {activation}"
+    """``data [1,56,56,64] weight [3,3,64,128] s2 relu`` from a fused-kernel workload."""
+    fields = fast.describe_workload(workload)
+    data, weight = _shape(fields["data"]), _shape(fields["weight"])
+    return f"data {data} weight {weight} s{fields['strides'][0]} {fields['activation']}"
 
 
 class _Progress:

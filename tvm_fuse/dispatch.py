@@ -1,0 +1,42 @@
+"""The AutoTVM dispatch context of tvm_fuse's builds: tuning records in, TopHub out.
+
+``relay.build`` and AutoTVM's task extraction download TopHub's pre-tuned logs whenever the
+current dispatch context is AutoTVM's root fallback. tvm_fuse never wants them (its kernel has
+no TopHub entry, and a build must not reach for the network), so every build of ours runs inside
+:func:`build_context`: an ``ApplyHistoryBest`` over the build's checked tuning records, or over
+none. Configs it lacks come from the enclosing context as usual. The caller's ``os.environ``
+(``TOPHUB_LOCATION``) is never touched.
+
+The core does not validate logs itself: the tuning layer registers its checker here
+(:func:`set_records_checker`), so that ``pipeline`` never imports ``tuning``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from tvm import autotvm
+
+#: ``checker(path, target) -> records``: set by ``tvm_fuse.tuning`` when it is imported.
+_records_checker: Callable | None = None
+
+
+def set_records_checker(checker: Callable) -> None:
+    """Register how a tuning log is validated and read (``tuning.records.check_records``)."""
+    global _records_checker  # pylint: disable=global-statement  (one hook, set once)
+    _records_checker = checker
+
+
+def checked_records(path, target) -> list | None:
+    """Every record of the log at ``path``, validated for ``target`` by the registered checker
+    (None for no log)."""
+    if path is None:
+        return None
+    if _records_checker is None:
+        raise RuntimeError("tvm_fuse: tuning records need tvm_fuse.tuning; import tvm_fuse first")
+    return _records_checker(path, target)
+
+
+def build_context(records=None) -> autotvm.task.DispatchContext:
+    """The dispatch context to build in: ``records`` (already checked) applied, TopHub off."""
+    return autotvm.task.ApplyHistoryBest(records or [])

@@ -1,0 +1,86 @@
+"""PackWeights: every fused call's weight in the layout its kernel wants, computed in the graph.
+
+Where it sits: after ``FuseConvBiasAct`` in ``tvm_fuse.pipeline()``. For each fused call it asks
+the meeting point ``strategy.preferred_spec(spec, target)`` which weight the kernel half wants
+(``OHWI{VL}o`` for the direct fast kernel on x86; the spec unchanged for the generic fallback)
+and replaces the HWIO weight argument by Relay ops that compute that weight from it: a zero pad
+of Co up to whole vectors and a ``layout_transform``. The pass folds those ops for constant
+weights itself (so no ``opt_level`` can skip it); for weights that are still free variables
+(params given to ``relay.build`` only) they stay in the graph until ``relay.build`` binds the
+params and folds them (at its opt_level 2 and up; below that they run with the model).
+
+The target is the one given, else ``tvm.target.Target.current()`` when the pass runs, else the
+host (``tvm_fuse.host_target()``). A call whose weight is already in the wanted layout is left
+as it is, so the pass is idempotent. It refuses nothing: calls the kernel half does not want
+packed keep their HWIO weight.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relay
+
+from .. import op as fused_op
+from .. import strategy
+from ..ir_utils import deep_recursion, relay_functions
+from ..spec import KernelSpec
+from ..target import as_target
+
+
+def PackWeights(target=None) -> tvm.transform.Pass:  # pylint: disable=invalid-name  (pass style)
+    """Pack every fused call's weight for ``target`` (see the module docstring)."""
+
+    def transform(mod, _ctx):
+        resolved = _resolve(target)
+        mod = relay.transform.InferType()(mod)
+        updates = {
+            gv: _pack_function(func, resolved)
+            for gv, func in relay_functions(mod).items()
+            if not (func.attrs and func.attrs.get("Primitive"))
+        }
+        mod = mod.clone()
+        for gv, func in updates.items():
+            mod[gv] = func
+        return relay.transform.FoldConstant()(relay.transform.InferType()(mod))
+
+    return tvm.transform.module_pass(transform, opt_level=0, name="tvm_fuse.PackWeights")
+
+
+def _resolve(target) -> tvm.target.Target:
+    if target is not None:
+        return as_target(target)
+    return tvm.target.Target.current(allow_none=True) or as_target(None)
+
+
+def packed_weight_expr(weight: relay.Expr, spec: KernelSpec, wanted: KernelSpec) -> relay.Expr:
+    """Relay ops computing ``wanted.weight`` from the HWIO ``weight`` of ``spec``."""
+    if wanted.algorithm != "direct":
+        raise ValueError(f"PackWeights: no weight transform for algorithm {wanted.algorithm!r}")
+    padded = wanted.lanes * wanted.weight.shape[wanted.weight.layout.index("O")]
+    extra = padded - spec.out_channels
+    if extra:
+        weight = relay.nn.pad(weight, ((0, 0), (0, 0), (0, 0), (0, extra)))
+    return relay.layout_transform(weight, "HWIO", wanted.weight.layout)
+
+
+class _Packer(relay.ExprMutator):
+    def __init__(self, target):
+        super().__init__()
+        self.target = target
+
+    def visit_call(self, call):
+        rebuilt = super().visit_call(call)
+        if not fused_op.is_fused_call(rebuilt):
+            return rebuilt
+        spec = fused_op.spec_of_call(rebuilt)
+        wanted = strategy.preferred_spec(spec, self.target)
+        if wanted.weight == spec.weight:
+            return rebuilt
+        args = fused_op.call_arguments(rebuilt)
+        args["weight"] = packed_weight_expr(args["weight"], spec, wanted)
+        return fused_op.fused_call(wanted, **args)
+
+
+def _pack_function(func: relay.Function, target) -> relay.Function:
+    with deep_recursion():
+        return _Packer(target).visit(func)
