@@ -9,20 +9,17 @@ kernels called directly (no graph executor). Timing is interleaved round-robin
 (``common.time_interleaved``); GFLOP/s counts the direct conv's FLOPs for every kernel (a
 GFLOP/s-equivalent), and each output's error is measured against a float64 NumPy reference.
 
-    python benchmarks/bench_winograd.py [--layers l1,l2] [--quick] [--json PATH]
+    python -m tvm_fuse.bench.bench_winograd [--layers l1,l2] [--quick] [--results DIR] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
-from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks import common  # noqa: E402  (first: thread environment)
-from benchmarks.bench_layers import BN_EPS, LAYERS, Layer, layer_arrays  # noqa: E402
+from tvm_fuse.bench import common  # noqa: E402  (first: thread environment)
+from tvm_fuse.bench.bench_layers import BN_EPS, LAYERS, Layer, layer_arrays  # noqa: E402
 
 import numpy as np  # noqa: E402
 import tvm  # noqa: E402
@@ -32,6 +29,7 @@ from tvm.topi.testing import conv2d_nhwc_python  # noqa: E402
 import tvm_fuse  # noqa: E402
 from tvm_fuse import strategy  # noqa: E402
 from tvm_fuse.schedules import conv2d_nhwc_fused, packing, winograd, winograd_weights  # noqa: E402
+from tvm_fuse.spec import KernelSpec  # noqa: E402
 
 #: The layers of the layer benchmark Winograd applies to (3x3, stride 1).
 WINOGRAD_LAYERS = [name for name, l in LAYERS.items() if l.kernel == 3 and l.stride == 1]
@@ -77,27 +75,20 @@ class KernelRunner(common.Runner):
 def kernel_runner(kernel: str, layer: Layer, inputs: dict[str, np.ndarray], target):
     """Build ``kernel`` for ``layer`` (its weight transformed as the graph half would)."""
     lanes = strategy.simd_lanes(target)
-    co = inputs["weight"].shape[3]
+    pad = (layer.pad,) * 4
+    spec = KernelSpec.conv(inputs["data"].shape, inputs["weight"].shape, padding=pad)
+    spec = spec.with_epilogue(bias=True, activation="relu")
     if kernel == "direct":
         module, weight = conv2d_nhwc_fused, packing.pack_hwio(inputs["weight"], lanes)
-        conv = dict(strides=(1, 1), dilation=(1, 1))
+        spec = dataclasses.replace(spec, weight=packing.packed_weight(spec, lanes))
     else:
         m = int(kernel[-1])
         module, weight = winograd, winograd_weights.transform_hwio(inputs["weight"], m, lanes)
-        conv = {}
+        spec = winograd_weights.winograd_spec(spec, m, lanes)
     arrays = [inputs["data"], weight, inputs["bias"]]
     holders = [te.placeholder(a.shape, name=f"arg{i}") for i, a in enumerate(arrays)]
     with target:
-        out = module.compute(
-            *holders,
-            None,
-            padding=(layer.pad,) * 4,
-            out_dtype="float32",
-            activation="relu",
-            alpha=0.0,
-            channels=co,
-            **conv,
-        )
+        out = module.compute(spec, *holders, None)
         func = tvm.build(module.schedule([out]), holders + [out], target)
     args = [tvm.nd.array(a) for a in arrays] + [tvm.nd.empty(out.shape, "float32")]
     return KernelRunner(func, args)
@@ -153,10 +144,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", default=",".join(WINOGRAD_LAYERS), help="comma-separated")
     parser.add_argument("--quick", action="store_true", help="few short repeats")
-    parser.add_argument("--json", default=str(common.RESULTS / "winograd.json"))
+    common.add_output_options(parser, "winograd")
     args = parser.parse_args(argv)
     layers = [LAYERS[name] for name in common.select(parser, args.layers, WINOGRAD_LAYERS)]
-    payload = run(layers, common.QUICK if args.quick else common.FULL, args.json)
+    payload = run(layers, common.QUICK if args.quick else common.FULL, common.json_path(args))
     return 0 if payload["ok"] else 1
 
 

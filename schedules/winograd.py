@@ -24,24 +24,69 @@ import tvm
 from tvm import autotvm, te, tir, topi
 from tvm.autotvm.task.space import OtherOptionEntity
 
-from . import winograd_tiling
+from ..spec import KernelSpec
+from . import winograd_tiling, winograd_weights
 from .epilogue import apply_epilogue
 from .winograd_weights import transform_matrices
 
 NAME = "conv2d_nhwc_winograd.x86"
 GEMM_TAG = "conv2d_nhwc_winograd_gemm"
+#: Tag of the HWIO stand-in for the transformed weight that the template receives at build time.
+LOGICAL_WEIGHT_TAG = "conv2d_nhwc_winograd_hwio_view"
+
+#: The AutoTVM workload after the task name: the template's arguments, the logical task.
+WORKLOAD_FIELDS = ("data", "weight", "bias", "residual", "padding", "activation", "alpha")
+WORKLOAD_FIELDS += ("lanes", "winograd_tile")
 
 
-def compute(data, weight, bias, residual, **conv):
-    """The Winograd kernel on a ``[alpha, alpha, Co/VL, Ci, VL]`` weight (keyword calling:
-    padding, out_dtype, activation, alpha, and ``channels``, the real Co)."""
-    if len(weight.shape) != 5 or data.dtype != "float32" or weight.dtype != "float32":
+def compute(spec: KernelSpec, data, weight, bias, residual):
+    """The Winograd kernel of ``spec`` on its ``[alpha, alpha, Co/VL, Ci, VL]`` weight.
+
+    The template sees the logical task: the weight enters as an HWIO stand-in over the
+    transformed tensor (never computed: the template reads the tensor under it), so the AutoTVM
+    workload and the tuning records name the conv as the graph had it."""
+    if spec.algorithm != "winograd" or spec.lanes is None or {data.dtype, weight.dtype} != {
+        "float32"
+    }:
         raise ValueError(
             f"{NAME}: needs float32 data and a WINO{{m}}_{{VL}}o weight, got data "
-            f"{data.dtype}{list(data.shape)} and weight {weight.dtype}{list(weight.shape)}"
+            f"{data.dtype}{list(data.shape)} and weight {spec.weight.layout} {weight.dtype}"
+            f"{list(weight.shape)}"
         )
-    args = [tuple(conv["padding"]), conv["out_dtype"], conv["activation"], float(conv["alpha"])]
-    return conv2d_nhwc_winograd_x86(data, weight, bias, residual, *args, conv.get("channels"))
+    return conv2d_nhwc_winograd_x86(
+        *workload_args(spec, data, _hwio_view(spec, weight), bias, residual)
+    )
+
+
+def workload_args(spec: KernelSpec, data, weight, bias, residual) -> tuple:
+    """The template's arguments (``WORKLOAD_FIELDS``) for ``spec``: tensors, then named fields."""
+    fields = (spec.padding, spec.activation, spec.alpha, spec.lanes, spec.winograd_tile)
+    return (data, weight, bias, residual, *fields)
+
+
+def describe_workload(workload) -> dict:
+    """A workload of this template (``(NAME, *args)``) as a dict of ``WORKLOAD_FIELDS``."""
+    return dict(zip(WORKLOAD_FIELDS, workload[1:]))
+
+
+def _hwio_view(spec: KernelSpec, transformed):
+    """A [3, 3, Ci, Co] tensor over the transformed weight, a stand-in for the template's
+    signature only (its values are not the HWIO weight's; nothing computes it)."""
+    lanes = spec.lanes
+    return te.compute(
+        (3, 3, spec.in_channels, spec.out_channels),
+        lambda y, x, i, o: transformed[y, x, o // lanes, i, o % lanes],
+        name="weight_hwio",
+        tag=LOGICAL_WEIGHT_TAG,
+    )
+
+
+def _transformed_weight(spec: KernelSpec, weight):
+    """The transformed weight under the template's HWIO ``weight``: the real tensor at build
+    time, a placeholder of its shape while tuning."""
+    if weight.op.tag == LOGICAL_WEIGHT_TAG:
+        return weight.op.input_tensors[0]
+    return te.placeholder(spec.weight.shape, spec.weight.dtype, name="weight_winograd")
 
 
 def _combine(coeffs, index, term):
@@ -101,19 +146,29 @@ def _tile_co(cfg, co_vectors):
 
 @autotvm.register_topi_compute(NAME)
 def conv2d_nhwc_winograd_x86(
-    cfg, data, weight, bias, residual, padding, out_dtype, activation, alpha, channels=None
+    cfg, data, weight, bias, residual, padding, activation, alpha, lanes, winograd_tile
 ):
-    """TE compute of the Winograd kernel (positional arguments: they form the AutoTVM workload).
+    """The AutoTVM template (positional arguments, ``WORKLOAD_FIELDS``: they form the
+    workload): NHWC ``data``, HWIO ``weight``, optional bias and residual, the padding and
+    epilogue fields of the spec, the transformed weight's ``lanes`` and m (``winograd_tile``)."""
+    spec = KernelSpec.conv(tuple(data.shape), tuple(weight.shape), (1, 1), padding, (1, 1))
+    spec = spec.with_epilogue(
+        bias is not None, residual is not None, activation=activation, alpha=float(alpha)
+    )
+    spec = winograd_weights.winograd_spec(spec, int(winograd_tile), int(lanes))
+    return _kernel(cfg, spec, data, _transformed_weight(spec, weight), bias, residual)
 
-    ``channels`` is the real Co when the weight's Co was padded to whole vectors. The tiles of
-    a block (``block_rows`` tile rows) are one axis ``q``, padded to whole register tiles; the
-    padding tiles repeat the block's last tile and are never stored."""
-    n, h, w, ci = (int(d) for d in data.shape)
-    size, _, co_vectors, _, lanes = (int(d) for d in weight.shape)
-    m = size - 2
-    channels = int(channels or co_vectors * lanes)
-    top, left, bottom, right = (int(p) for p in padding)
-    ho, wo = h + top + bottom - 2, w + left + right - 2
+
+def _kernel(cfg, spec: KernelSpec, data, weight, bias, residual):
+    """TE of the Winograd kernel on the transformed ``weight``, with the knobs of ``cfg``.
+
+    The tiles of a block (``block_rows`` tile rows) are one axis ``q``, padded to whole
+    register tiles; the padding tiles repeat the block's last tile and are never stored."""
+    n, h, w, ci = spec.data.shape
+    m, lanes, channels, out_dtype = spec.winograd_tile, spec.lanes, spec.out_channels, "float32"
+    size, co_vectors = m + 2, spec.weight.shape[2]
+    top, left, _, _ = spec.padding
+    ho, wo = spec.out_hw
     nh, nw = -(-ho // m), -(-wo // m)
     _define_knobs(cfg, nh, nw, co_vectors, lanes)
     rows, tile_p = cfg["block_rows"].val, cfg["tile_p"].val
@@ -162,7 +217,7 @@ def conv2d_nhwc_winograd_x86(
         lambda b, y, x, c: _combine(a_mat, y % m, lambda e: cols_t[b, y // m, x // m, e, x % m, c]),
         name="wino_acc",
     )
-    return apply_epilogue(acc, bias, residual, activation, alpha)
+    return apply_epilogue(acc, bias, residual, spec.activation, spec.alpha)
 
 
 @autotvm.register_topi_schedule(NAME)

@@ -12,12 +12,12 @@ weight expression, also in float64, that FoldConstant evaluates at compile time.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import re
 
 import numpy as np
 
-_LAYOUT = re.compile(r"^WINO(\d+)_(\d+)o$")
+from ..spec import KernelSpec, TensorSpec
 
 
 @functools.lru_cache(maxsize=None)
@@ -32,14 +32,17 @@ def transform_matrices(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def winograd_layout(m: int, lanes: int) -> str:
-    """The layout string of the transformed weight, e.g. ``WINO4_8o``."""
+    """The layout string of the transformed weight, e.g. ``WINO4_8o`` (its VL is read by
+    ``tvm_fuse.spec.layout_lanes``, m is the spec's ``winograd_tile``)."""
     return f"WINO{int(m)}_{int(lanes)}o"
 
 
-def parse_winograd_layout(layout: str) -> tuple[int, int] | None:
-    """(m, VL) of a Winograd weight layout string, or None when ``layout`` is not one."""
-    match = _LAYOUT.match(layout)
-    return (int(match.group(1)), int(match.group(2))) if match else None
+def winograd_spec(spec: KernelSpec, m: int, lanes: int) -> KernelSpec:
+    """``spec`` (a 3x3 conv on an HWIO weight) computed by Winograd F(m x m, 3x3) on the
+    transformed weight for ``lanes`` fp32 lanes."""
+    shape = transformed_shape(m, lanes, spec.in_channels, spec.out_channels)
+    weight = TensorSpec(shape, winograd_layout(m, lanes), spec.weight.dtype)
+    return dataclasses.replace(spec, algorithm="winograd", winograd_tile=int(m), weight=weight)
 
 
 def transformed_shape(m: int, lanes: int, ci: int, co: int) -> tuple[int, ...]:

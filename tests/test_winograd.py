@@ -18,6 +18,7 @@ from test_kernel import host_target, reference
 from tvm import autotvm, relay, te
 
 from tvm_fuse.schedules import winograd, winograd_tiling
+from tvm_fuse.spec import KernelSpec
 from tvm_fuse.schedules import winograd_weights as weights
 
 #: max |error| / max |float64 reference| asserted per m.
@@ -78,23 +79,25 @@ def make_inputs(rng, case):
     return data, weight, bias, residual
 
 
+def winograd_spec(data, weight, bias, residual, padding, activation, m, lanes):
+    spec = KernelSpec.conv(data.shape, weight.shape, (1, 1), padding, (1, 1)).with_epilogue(
+        bias is not None, residual is not None, activation=activation, alpha=0.1
+    )
+    return weights.winograd_spec(spec, m, lanes)
+
+
 def build_kernel(data, weight, bias, residual, padding, activation, m, lanes):
-    """Build the TE kernel; return a function of the NumPy inputs giving its output."""
-    u = weights.transform_hwio(weight, m, lanes)
-    tensors = {"data": data, "u": u, "bias": bias, "residual": residual}
+    """Build the TE kernel; return its output on the NumPy inputs."""
+    spec = winograd_spec(data, weight, bias, residual, padding, activation, m, lanes)
+    tensors = {
+        "data": data,
+        "weight": weights.transform_hwio(weight, m, lanes),
+        "bias": bias,
+        "residual": residual,
+    }
     holders = {k: te.placeholder(v.shape, name=k) for k, v in tensors.items() if v is not None}
     with host_target():
-        out = winograd.compute(
-            holders["data"],
-            holders["u"],
-            holders.get("bias"),
-            holders.get("residual"),
-            padding=padding,
-            out_dtype="float32",
-            activation=activation,
-            alpha=0.1,
-            channels=weight.shape[3],
-        )
+        out = winograd.compute(spec, **{k: holders.get(k) for k in tensors})
         s = winograd.schedule([out])
     func = tvm.build(s, list(holders.values()) + [out], host_target())
     result = tvm.nd.empty([int(d) for d in out.shape], "float32")
@@ -136,20 +139,15 @@ def test_kernel_large_channels(case, rng):
 def test_tuned_configs_stay_correct(knobs, rng):
     """A config other than the fallback (as a tuner would apply it) computes the same conv."""
     case = Case(16, 32, hw=(13, 9), m=4)
+    data, weight, bias, _ = make_inputs(rng, case)
+    spec = winograd_spec(data, weight, bias, None, case.padding, case.activation, 4, 8)
+    args = winograd.workload_args(
+        spec,
+        *(te.placeholder(a.shape, name=n) for n, a in [("d", data), ("w", weight), ("b", bias)]),
+        None,
+    )
     task = autotvm.task.create(
-        winograd.NAME,
-        args=(
-            ("TENSOR", (1, 13, 9, 16), "float32"),
-            ("TENSOR", weights.transformed_shape(4, 8, 16, 32), "float32"),
-            ("TENSOR", (32,), "float32"),
-            None,
-            (1, 1, 1, 1),
-            "float32",
-            "relu",
-            0.1,
-            32,
-        ),
-        target=host_target(),
+        winograd.NAME, args=autotvm.task.serialize_args(args), target=host_target()
     )
     space = task.config_space
     assert set(space.space_map) == {"tile_p", "tile_co", "block_rows", "co_chunks", "v_root"}
@@ -215,39 +213,18 @@ def test_relay_transform_matches_numpy(m, lanes, co, rng):
     assert isinstance(folded["main"].body, relay.Constant)  # nothing left to run at inference
 
 
-def test_layout_names():
-    assert weights.winograd_layout(4, 8) == "WINO4_8o"
-    assert weights.parse_winograd_layout("WINO4_8o") == (4, 8)
-    assert weights.parse_winograd_layout("WINO2_16o") == (2, 16)
-    assert weights.parse_winograd_layout("OHWI8o") is None
+def test_layout_names_the_lanes_and_tile():
+    spec = KernelSpec.conv((1, 14, 14, 16), (3, 3, 16, 20), padding=(1, 1, 1, 1))
+    wino = weights.winograd_spec(spec, 4, 8)
+    assert wino.weight.layout == "WINO4_8o" and wino.lanes == 8
+    assert (wino.algorithm, wino.winograd_tile) == ("winograd", 4)
+    assert wino.weight.shape == (6, 6, 3, 16, 8)
+    assert wino.kernel_size == (3, 3) and wino.out_channels == 20 and wino.out == spec.out
 
 
-def test_refuses_a_direct_weight():
-    data = te.placeholder((1, 7, 7, 16))
-    hwio = te.placeholder((3, 3, 16, 16))
+def test_refuses_a_direct_spec():
+    spec = KernelSpec.conv((1, 7, 7, 16), (3, 3, 16, 16), padding=(1, 1, 1, 1))
     with pytest.raises(ValueError, match="WINO"):
         winograd.compute(
-            data,
-            hwio,
-            None,
-            None,
-            padding=(1, 1, 1, 1),
-            out_dtype="float32",
-            activation="none",
-            alpha=0.0,
+            spec, te.placeholder((1, 7, 7, 16)), te.placeholder((3, 3, 16, 16)), None, None
         )
-
-
-def test_cost_model_chooses_winograd_where_it_pays():
-    """The layer benchmark's 3x3 stride-1 layers on 2 cores with 8 lanes (measured: F(4x4) is
-    2.5x the direct kernel at 56x56 and 28x28, Winograd 1.3-1.5x at 14x14, ~1.0x at 7x7x512)."""
-
-    def choice(hw, channels, **kw):
-        return winograd_tiling.choose_winograd_tile(1, hw, hw, channels, channels, 8, **kw)
-
-    assert choice(56, 64) == 4 and choice(28, 128) == 4
-    assert choice(14, 256) in (2, 4)
-    assert choice(7, 512) == 0  # the 4x larger transformed weight is what costs
-    assert choice(56, 64, tiles=(2,)) == 2  # F(2x2) only (e.g. a precision choice)
-    assert choice(56, 3) == 0 and choice(7, 16) == 0  # too few channels
-    assert choice(1, 512) == 0 and choice(2, 512) == 0  # maps of one or a few tiles

@@ -89,8 +89,8 @@ def computed_weight_inputs(mod: tvm.IRModule) -> tuple[int, list[str]]:
         nonlocal calls
         if not fused_op.is_fused_call(node):
             return
-        has_bias = fused_op.read_attrs(node.attrs)["has_bias"]
-        computed = [a for a in node.args[1 : 3 if has_bias else 2] if not _is_constant(a)]
+        args = fused_op.call_arguments(node)
+        computed = [args[k] for k in ("weight", "bias") if k in args and not _is_constant(args[k])]
         calls += bool(computed)
         names.update(v.name_hint for arg in computed for v in relay.analysis.free_vars(arg))
 
