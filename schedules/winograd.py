@@ -4,10 +4,11 @@ F(m x m, 3x3) computes each m x m output tile from an (m+2) x (m+2) input tile w
 ``(m+2)^2`` products per channel pair instead of ``9 m^2``. The weight arrives already in the
 Winograd domain, ``U = G g G^T`` computed at compile time (``schedules.winograd_weights``), laid
 out ``[alpha, alpha, Co/VL, Ci, VL]`` (``WINO{m}_{VL}o``, alpha = m + 2). Per parallel block of
-tiles (``block_rows`` tile rows x ``block_w`` tiles x a chunk of Co vectors) the kernel:
+tiles (``block_rows`` whole tile rows x a chunk of ``Co / co_chunks`` channels) the kernel:
 
 - transforms the block's input tiles, ``V = B^T d B``, vectorized over Ci (NHWC keeps it
-  contiguous), into a block buffer that stays in cache;
+  contiguous), into a block buffer that stays in cache (or, knob ``v_root``, the whole input
+  once up front, where blocks along Co would each repeat it);
 - runs the alpha^2 GEMMs ``M = V U`` over Ci, vectorized over Co with a register tile of
   ``tile_p`` tiles x ``tile_co`` vectors (the direct kernel's scheme, tiles in place of pixels);
 - transforms each tile back, ``Y = A^T M A``, and applies the epilogue before the one store.
@@ -45,9 +46,11 @@ def compute(spec: KernelSpec, data, weight, bias, residual):
     The template sees the logical task: the weight enters as an HWIO stand-in over the
     transformed tensor (never computed: the template reads the tensor under it), so the AutoTVM
     workload and the tuning records name the conv as the graph had it."""
-    if spec.algorithm != "winograd" or spec.lanes is None or {data.dtype, weight.dtype} != {
-        "float32"
-    }:
+    if (
+        spec.algorithm != "winograd"
+        or spec.lanes is None
+        or {data.dtype, weight.dtype} != {"float32"}
+    ):
         raise ValueError(
             f"{NAME}: needs float32 data and a WINO{{m}}_{{VL}}o weight, got data "
             f"{data.dtype}{list(data.shape)} and weight {spec.weight.layout} {weight.dtype}"
@@ -164,40 +167,66 @@ def _kernel(cfg, spec: KernelSpec, data, weight, bias, residual):
 
     The tiles of a block (``block_rows`` tile rows) are one axis ``q``, padded to whole
     register tiles; the padding tiles repeat the block's last tile and are never stored."""
-    n, h, w, ci = spec.data.shape
-    m, lanes, channels, out_dtype = spec.winograd_tile, spec.lanes, spec.out_channels, "float32"
-    size, co_vectors = m + 2, spec.weight.shape[2]
-    top, left, _, _ = spec.padding
-    ho, wo = spec.out_hw
+    m, (ho, wo) = spec.winograd_tile, spec.out_hw
     nh, nw = -(-ho // m), -(-wo // m)
-    _define_knobs(cfg, nh, nw, co_vectors, lanes)
-    rows, tile_p = cfg["block_rows"].val, cfg["tile_p"].val
-    blocks, per_block = -(-nh // rows), -(-(rows * nw) // tile_p) * tile_p
-    a_mat, b_mat, _ = transform_matrices(m)
-    ci_pad = -(-ci // lanes) * lanes  # the input transform runs on whole vectors of Ci
-    pad_after = [0, nh * m + 2 - h - top, nw * m + 2 - w - left, ci_pad - ci]
+    _define_knobs(cfg, nh, nw, spec.weight.shape[2], spec.lanes)
+    grid = _Grid(m, nh, nw, cfg["block_rows"].val, cfg["tile_p"].val)
+    v = _input_transform(spec, data, grid)
+    gemm = _batched_gemm(spec, v, weight)
+    acc = _output_transform(spec, gemm, grid)
+    return apply_epilogue(acc, bias, residual, spec.activation, spec.alpha)
+
+
+class _Grid:
+    """The tiles of the output (``nh x nw``) and their blocks: ``blocks`` of ``rows`` tile rows,
+    each padded to ``per_block`` tiles (whole register tiles of the config)."""
+
+    def __init__(self, m, nh, nw, rows, tile_p):
+        self.m, self.nh, self.nw, self.rows = m, nh, nw, rows
+        self.blocks = -(-nh // self.rows)
+        self.per_block = -(-(self.rows * nw) // tile_p) * tile_p
+
+    def origin(self, blk, q):
+        """(y, x) of the top-left input pixel of tile ``q`` of block ``blk`` (padding tiles:
+        the block's last tile)."""
+        if self.per_block != self.rows * self.nw:
+            q = te.min(q, self.rows * self.nw - 1)
+        return te.min(blk * self.rows + q // self.nw, self.nh - 1) * self.m, q % self.nw * self.m
+
+
+def _input_transform(spec: KernelSpec, data, grid: _Grid):
+    """``V = B^T d B`` of every tile, ``[alpha, alpha, N, blocks, per_block, Ci]`` (Ci padded to
+    whole vectors with zeros), through the row transform ``d B``."""
+    n, h, w, ci = spec.data.shape
+    m, size, lanes = grid.m, grid.m + 2, spec.lanes
+    _, b_mat, _ = transform_matrices(m)
+    ci_pad = -(-ci // lanes) * lanes
+    top, left, _, _ = spec.padding
+    pad_after = [0, grid.nh * m + 2 - h - top, grid.nw * m + 2 - w - left, ci_pad - ci]
     dpad = topi.nn.pad(data, [0, top, left, 0], pad_after, name="data_pad")
 
-    def tile_origin(blk, q):
-        q = te.min(q, rows * nw - 1) if per_block != rows * nw else q
-        return te.min(blk * rows + q // nw, nh - 1) * m, q % nw * m
-
-    def row_transform(b, blk, q, r, nu, c):  # d B along the rows of an input tile
-        y, x = tile_origin(blk, q)
+    def row_transform(b, blk, q, r, nu, c):
+        y, x = grid.origin(blk, q)
         return _combine(b_mat, nu, lambda j: dpad[b, y + r, x + j, c])
 
-    rows_t = te.compute((n, blocks, per_block, size, size, ci_pad), row_transform, name="wino_rows")
-    v = te.compute(  # B^T (d B)
-        (size, size, n, blocks, per_block, ci_pad),
+    tiles = (n, grid.blocks, grid.per_block)
+    rows_t = te.compute((*tiles, size, size, ci_pad), row_transform, name="wino_rows")
+    return te.compute(
+        (size, size, *tiles, ci_pad),
         lambda e, nu, b, blk, q, c: _combine(b_mat, e, lambda r: rows_t[b, blk, q, r, nu, c]),
         name="wino_v",
     )
-    # the reduction runs over whole vectors of Ci too: the padded channels of V are zero, and
-    # multiply the weight's last real row
+
+
+def _batched_gemm(spec: KernelSpec, v, weight):
+    """``M = V U`` at each of the alpha^2 points, over Ci. The reduction runs over whole
+    vectors of Ci too: V's padded channels are zero and multiply the weight's last real row."""
+    ci, ci_pad, lanes = spec.in_channels, int(v.shape[5]), spec.lanes
     rc = te.reduce_axis((0, ci_pad), name="rc")
     row = rc if ci == ci_pad else te.min(rc, ci - 1)
-    gemm = te.compute(
-        (size, size, n, blocks, per_block, co_vectors * lanes),
+    out_dtype = spec.out.dtype
+    return te.compute(
+        (*v.shape[:5], spec.weight.shape[2] * lanes),
         lambda e, nu, b, blk, q, co: te.sum(
             v[e, nu, b, blk, q, rc].astype(out_dtype)
             * weight[e, nu, co // lanes, row, co % lanes].astype(out_dtype),
@@ -207,17 +236,24 @@ def _kernel(cfg, spec: KernelSpec, data, weight, bias, residual):
         tag=GEMM_TAG,
     )
 
-    def col_transform(b, th, tw, e, x, co):  # M A along the columns of an output tile
+
+def _output_transform(spec: KernelSpec, gemm, grid: _Grid):
+    """``Y = A^T M A`` of every tile, through the column transform ``M A``, cut to the output."""
+    m, size, rows, nw = grid.m, grid.m + 2, grid.rows, grid.nw
+    a_mat, _, _ = transform_matrices(m)
+
+    def col_transform(b, th, tw, e, x, co):
         q = th % rows * nw + tw
         return _combine(a_mat, x, lambda nu: gemm[e, nu, b, th // rows, q, co])
 
-    cols_t = te.compute((n, nh, nw, size, m, co_vectors * lanes), col_transform, name="wino_cols")
-    acc = te.compute(  # A^T (M A)
-        (n, ho, wo, channels),
+    n, channels = spec.data.shape[0], spec.out_channels
+    shape = (n, grid.nh, nw, size, m, int(gemm.shape[5]))
+    cols_t = te.compute(shape, col_transform, name="wino_cols")
+    return te.compute(
+        (n, *spec.out_hw, channels),
         lambda b, y, x, c: _combine(a_mat, y % m, lambda e: cols_t[b, y // m, x // m, e, x % m, c]),
         name="wino_acc",
     )
-    return apply_epilogue(acc, bias, residual, spec.activation, spec.alpha)
 
 
 @autotvm.register_topi_schedule(NAME)
