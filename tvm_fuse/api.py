@@ -22,6 +22,7 @@ from .ir_utils import relay_functions
 from .memory.apply import apply_to_factory, check_mode as check_memory_mode
 from .errors import UserError
 from .params import BindParams, WarnComputedWeights, bind_main, require_no_free_vars
+from .passes.algorithm import ChooseAlgorithm, check_options
 from .passes.bias import FlattenChannelBias
 from .passes.fold_bn import FoldBatchNorm
 from .passes.fuse import FuseConvBiasAct
@@ -34,20 +35,22 @@ from .target import as_target
 OPT_LEVEL = 3
 
 
-def passes(target=None) -> list[tvm.transform.Pass]:
+def passes(target=None, algorithm="auto", precision="default") -> list[tvm.transform.Pass]:
     """The pipeline's passes in order (the demo prints the IR after each). ``target``: what
-    ``PackWeights`` packs for (default: the current target, else the host)."""
+    ``ChooseAlgorithm`` and ``PackWeights`` decide for (default: the current target, else the
+    host); ``algorithm``, ``precision``: see ``passes.algorithm``."""
     return [
         FoldBatchNorm(),
         ConvertLayoutNHWC(),
         relay.transform.FoldConstant(),
         FlattenChannelBias(),
         FuseConvBiasAct(),
+        ChooseAlgorithm(target, algorithm, precision),
         PackWeights(target),
     ]
 
 
-def pipeline(params=None, target=None) -> tvm.transform.Pass:
+def pipeline(params=None, target=None, algorithm="auto", precision="default") -> tvm.transform.Pass:
     """The tvm_fuse passes as one Sequential, for use inside any Relay flow.
 
     ``params`` (name -> array), if given, are bound into ``main`` first, as ``relay.build``
@@ -60,7 +63,7 @@ def pipeline(params=None, target=None) -> tvm.transform.Pass:
     steps = [
         *first,
         relay.transform.InferType(),
-        *passes(target),
+        *passes(target, algorithm, precision),
         WarnComputedWeights(params is not None),
     ]
     return tvm.transform.Sequential(steps, opt_level=0, name="tvm_fuse.pipeline")
@@ -94,15 +97,25 @@ def bind_params(mod, params) -> tvm.IRModule:
     return bind_main(_as_module(mod), params)
 
 
-def optimize(mod, params=None, target=None) -> tvm.IRModule:
+def optimize(mod, params=None, target=None, algorithm="auto", precision="default") -> tvm.IRModule:
     """Bind ``params`` and run ``pipeline``: the graph half's decisions, as a Relay module whose
-    weights are packed for ``target`` (default: the current target, else the host)."""
+    weights are packed for ``target`` (default: the current target, else the host).
+    ``algorithm="direct"`` turns Winograd off; ``precision="high"`` allows F(2x2) only."""
     mod = _as_module(mod)
     with _pass_context():
-        return pipeline(params or {}, target)(mod)
+        return pipeline(params or {}, target, algorithm, precision)(mod)
 
 
-def build(mod, params=None, target=None, tuning_records=None, memory="plan", **kwargs):
+def build(
+    mod,
+    params=None,
+    target=None,
+    tuning_records=None,
+    memory="plan",
+    algorithm="auto",
+    precision="default",
+    **kwargs,
+):
     """``optimize`` then stock ``relay.build``; returns what ``relay.build`` returns.
 
     The result runs with ``tvm.contrib.graph_executor`` under the model's original input names
@@ -112,11 +125,14 @@ def build(mod, params=None, target=None, tuning_records=None, memory="plan", **k
     kernels without a record use the analytic default. TopHub is never consulted
     (``dispatch.build_context``). ``memory="plan"`` gives the graph executor tvm_fuse's storage
     assignment where it is smaller than TVM's (``tvm_fuse.memory.apply``); ``"tvm"`` keeps TVM's.
+    ``algorithm``: ``"auto"`` (3x3 stride-1 convs run as Winograd where the cost model expects it
+    to pay) or ``"direct"``; ``precision``: ``"default"`` or ``"high"`` (F(2x2) only).
     """
     check_memory_mode(memory)
+    check_options(algorithm, precision)
     target = as_target(target)
     records = dispatch.checked_records(tuning_records, target)
-    mod = optimize(mod, params, target)
+    mod = optimize(mod, params, target, algorithm, precision)
     _require_static_inputs(mod)
     check_tensor_sizes(mod, "tvm_fuse.build")
     with _pass_context(), dispatch.build_context(records):

@@ -95,8 +95,7 @@ def computed_weight_inputs(mod: tvm.IRModule) -> tuple[int, list[str]]:
         if not fused_op.is_fused_call(node):
             return
         args = fused_op.call_arguments(node)
-        weights = [args[name] for name in ("weight", "bias") if name in args]
-        computed = [a for a in weights if not _is_constant(a)]
+        computed = [args[k] for k in ("weight", "bias") if k in args and not _is_constant(args[k])]
         calls += bool(computed)
         names.update(v.name_hint for arg in computed for v in relay.analysis.free_vars(arg))
 

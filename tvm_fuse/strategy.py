@@ -26,7 +26,7 @@ from tvm.target import override_native_generic_func
 from . import exit_op
 from .op import OP_NAME, spec_of_attrs
 from .schedules import conv2d_nhwc_fused as fast
-from .schedules import generic, nhwc_to_nchw, packing
+from .schedules import generic, nhwc_to_nchw, packing, winograd, winograd_tiling, winograd_weights
 from .spec import KernelSpec
 
 
@@ -86,6 +86,21 @@ def fast_path_refusal(spec: KernelSpec, target) -> str | None:
     return None
 
 
+# -- which algorithm: the kernel half's cost model, asked by the graph half ---------------------
+def winograd_tile(spec: KernelSpec, target, tiles=winograd_tiling.TILES) -> int:
+    """m of the Winograd F(m x m, 3x3) kernel (one of ``tiles``) the cost model expects to be
+    faster than the direct kernel for ``spec`` on ``target``, or 0 (direct). Winograd applies to
+    3x3 stride-1 dilation-1 convs on an HWIO weight where the fast path applies."""
+    conv = (spec.kernel_size, spec.strides, spec.dilation, spec.weight.layout)
+    if conv != ((3, 3), (1, 1), (1, 1), "HWIO") or fast_path_refusal(spec, target):
+        return 0
+    n, (ho, wo) = spec.data.shape[0], spec.out_hw
+    cores = int(target.attrs.get("num-cores", 0)) or winograd_tiling.DEFAULT_CORES
+    lanes = simd_lanes(target)
+    args = (n, ho, wo, spec.in_channels, spec.out_channels, lanes, cores)
+    return winograd_tiling.choose_winograd_tile(*args, tiles=tiles)
+
+
 # -- what the kernel half wants -----------------------------------------------------------------
 def preferred_spec(spec: KernelSpec, target) -> KernelSpec:
     """``spec`` with the weight layout the kernel for ``spec.algorithm`` wants on ``target``.
@@ -93,12 +108,24 @@ def preferred_spec(spec: KernelSpec, target) -> KernelSpec:
     The direct algorithm on x86 llvm (when :func:`fast_path_refusal` finds nothing): the weight
     packed as ``OHWI{VL}o``, Co zero-padded to whole vectors (``schedules.packing``). Otherwise
     ``spec`` unchanged, HWIO weight: the generic kernel. The graph half's ``PackWeights`` asks
-    this for every fused call and computes the packed weight with Relay ops."""
-    if spec.weight.layout != "HWIO" or spec.algorithm != "direct":
+    this for every fused call and computes the packed weight with Relay ops. The Winograd
+    algorithm (chosen by the graph half): the weight transformed to ``WINO{m}_{VL}o``
+    (``schedules.winograd_weights``)."""
+    if spec.weight.layout != "HWIO":
         return spec
     if fast_path_refusal(spec, target):
-        return spec
-    return dataclasses.replace(spec, weight=packing.packed_weight(spec, simd_lanes(target)))
+        return dataclasses.replace(spec, algorithm="direct", winograd_tile=0)
+    lanes = simd_lanes(target)
+    if spec.algorithm == "winograd":
+        return winograd_weights.winograd_spec(spec, spec.winograd_tile, lanes)
+    return dataclasses.replace(spec, weight=packing.packed_weight(spec, lanes))
+
+
+def winograd_weight_expr(weight, spec: KernelSpec, wanted: KernelSpec):
+    """Relay ops computing the Winograd-domain weight of ``wanted`` from the HWIO ``weight`` of
+    ``spec`` (``U = G g G^T`` in float64, Co padded, laid out for the kernel)."""
+    args = (wanted.winograd_tile, wanted.lanes, spec.in_channels, spec.out_channels)
+    return winograd_weights.relay_transform(weight, *args)
 
 
 # -- the strategy --------------------------------------------------------------------------------
@@ -123,11 +150,13 @@ def fused_conv2d_strategy(attrs, inputs, out_type, target):
 def _fused_conv2d_strategy_cpu(attrs, inputs, out_type, target):
     """CPU: the fast kernel for packed weights (see :func:`preferred_spec`), else the generic
     one."""
-    if spec_of_attrs(attrs).lanes is None:
+    spec = spec_of_attrs(attrs)
+    if spec.lanes is None:
         return _generic_strategy(attrs)
+    kernel = winograd if spec.algorithm == "winograd" else fast
     strategy = relay.op.OpStrategy()
     strategy.add_implementation(
-        wrap_compute(fast.compute), wrap_schedule(fast.schedule), name=fast.NAME, plevel=15
+        wrap_compute(kernel.compute), wrap_schedule(kernel.schedule), name=kernel.NAME, plevel=15
     )
     return strategy
 

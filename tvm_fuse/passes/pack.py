@@ -55,8 +55,8 @@ def _resolve(target) -> tvm.target.Target:
 
 def packed_weight_expr(weight: relay.Expr, spec: KernelSpec, wanted: KernelSpec) -> relay.Expr:
     """Relay ops computing ``wanted.weight`` from the HWIO ``weight`` of ``spec``."""
-    if wanted.algorithm != "direct":
-        raise ValueError(f"PackWeights: no weight transform for algorithm {wanted.algorithm!r}")
+    if wanted.algorithm == "winograd":
+        return strategy.winograd_weight_expr(weight, spec, wanted)
     padded = wanted.lanes * wanted.weight.shape[wanted.weight.layout.index("O")]
     extra = padded - spec.out_channels
     if extra:

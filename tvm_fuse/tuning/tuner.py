@@ -27,6 +27,7 @@ from tvm import autotvm
 
 from ..schedules import conv2d_nhwc_fused as fast
 from ..errors import UserError
+from ..schedules import winograd
 from ..target import as_target
 from . import rpc
 from .records import check_log_path
@@ -148,10 +149,14 @@ def _shape(tensor_arg) -> str:
 
 
 def describe_workload(workload) -> str:
-    """``data [1,56,56,64] weight [3,3,64,128] s2 relu`` from a fused-kernel workload."""
-    fields = fast.describe_workload(workload)
+    """``data [1,56,56,64] weight [3,3,64,128] s2 relu`` from a fused-kernel workload
+    (``... s1 relu winograd F4`` for the Winograd kernel's)."""
+    template = winograd if workload[0] == winograd.NAME else fast
+    fields = template.describe_workload(workload)
     data, weight = _shape(fields["data"]), _shape(fields["weight"])
-    return f"data {data} weight {weight} s{fields['strides'][0]} {fields['activation']}"
+    stride = fields.get("strides", (1, 1))[0]
+    text = f"data {data} weight {weight} s{stride} {fields['activation']}"
+    return text + (f" winograd F{fields['winograd_tile']}" if template is winograd else "")
 
 
 class _Progress:

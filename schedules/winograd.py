@@ -1,0 +1,360 @@
+"""The fused Winograd kernel: NHWC conv2d 3x3 (stride 1) + bias + [residual] + activation (x86).
+
+F(m x m, 3x3) computes each m x m output tile from an (m+2) x (m+2) input tile with
+``(m+2)^2`` products per channel pair instead of ``9 m^2``. The weight arrives already in the
+Winograd domain, ``U = G g G^T`` computed at compile time (``schedules.winograd_weights``), laid
+out ``[alpha, alpha, Co/VL, Ci, VL]`` (``WINO{m}_{VL}o``, alpha = m + 2). Per parallel block of
+tiles (``block_rows`` whole tile rows x a chunk of ``Co / co_chunks`` channels) the kernel:
+
+- transforms the block's input tiles, ``V = B^T d B``, vectorized over Ci (NHWC keeps it
+  contiguous), into a block buffer that stays in cache (or, knob ``v_root``, the whole input
+  once up front, where blocks along Co would each repeat it);
+- runs the alpha^2 GEMMs ``M = V U`` over Ci, vectorized over Co with a register tile of
+  ``tile_p`` tiles x ``tile_co`` vectors (the direct kernel's scheme, tiles in place of pixels);
+- transforms each tile back, ``Y = A^T M A``, and applies the epilogue before the one store.
+
+Tiles that overhang the map are computed on zero padding and never stored; a Co that is not a
+whole number of vectors arrives zero-padded in the weight, its extra channels are never stored.
+The transforms are written as explicit sums over the non-zero matrix entries, so no product by
+0 or 1 is left once the tile loops are unrolled. Tile sizes are AutoTVM knobs whose fallback is
+the analytic model of ``schedules.winograd_tiling``. Refuses anything but float32 data and a
+Winograd-domain weight (the strategy never sends other convs here).
+"""
+
+import tvm
+from tvm import autotvm, te, tir, topi
+from tvm.autotvm.task.space import OtherOptionEntity
+
+from ..spec import KernelSpec
+from . import winograd_tiling, winograd_weights
+from .epilogue import apply_epilogue
+from .winograd_weights import transform_matrices
+
+NAME = "conv2d_nhwc_winograd.x86"
+GEMM_TAG = "conv2d_nhwc_winograd_gemm"
+#: Tag of the HWIO stand-in for the transformed weight that the template receives at build time.
+LOGICAL_WEIGHT_TAG = "conv2d_nhwc_winograd_hwio_view"
+
+#: The AutoTVM workload after the task name: the template's arguments, the logical task.
+WORKLOAD_FIELDS = ("data", "weight", "bias", "residual", "padding", "activation", "alpha")
+WORKLOAD_FIELDS += ("lanes", "winograd_tile")
+
+
+def compute(spec: KernelSpec, data, weight, bias, residual):
+    """The Winograd kernel of ``spec`` on its ``[alpha, alpha, Co/VL, Ci, VL]`` weight.
+
+    The template sees the logical task: the weight enters as an HWIO stand-in over the
+    transformed tensor (never computed: the template reads the tensor under it), so the AutoTVM
+    workload and the tuning records name the conv as the graph had it."""
+    if (
+        spec.algorithm != "winograd"
+        or spec.lanes is None
+        or {data.dtype, weight.dtype} != {"float32"}
+    ):
+        raise ValueError(
+            f"{NAME}: needs float32 data and a WINO{{m}}_{{VL}}o weight, got data "
+            f"{data.dtype}{list(data.shape)} and weight {spec.weight.layout} {weight.dtype}"
+            f"{list(weight.shape)}"
+        )
+    return conv2d_nhwc_winograd_x86(
+        *workload_args(spec, data, _hwio_view(spec, weight), bias, residual)
+    )
+
+
+def workload_args(spec: KernelSpec, data, weight, bias, residual) -> tuple:
+    """The template's arguments (``WORKLOAD_FIELDS``) for ``spec``: tensors, then named fields."""
+    fields = (spec.padding, spec.activation, spec.alpha, spec.lanes, spec.winograd_tile)
+    return (data, weight, bias, residual, *fields)
+
+
+def describe_workload(workload) -> dict:
+    """A workload of this template (``(NAME, *args)``) as a dict of ``WORKLOAD_FIELDS``."""
+    return dict(zip(WORKLOAD_FIELDS, workload[1:]))
+
+
+def _hwio_view(spec: KernelSpec, transformed):
+    """A [3, 3, Ci, Co] tensor over the transformed weight, a stand-in for the template's
+    signature only (its values are not the HWIO weight's; nothing computes it)."""
+    lanes = spec.lanes
+    return te.compute(
+        (3, 3, spec.in_channels, spec.out_channels),
+        lambda y, x, i, o: transformed[y, x, o // lanes, i, o % lanes],
+        name="weight_hwio",
+        tag=LOGICAL_WEIGHT_TAG,
+    )
+
+
+def _transformed_weight(spec: KernelSpec, weight):
+    """The transformed weight under the template's HWIO ``weight``: the real tensor at build
+    time, a placeholder of its shape while tuning."""
+    if weight.op.tag == LOGICAL_WEIGHT_TAG:
+        return weight.op.input_tensors[0]
+    return te.placeholder(spec.weight.shape, spec.weight.dtype, name="weight_winograd")
+
+
+def _combine(coeffs, index, term):
+    """``sum_k coeffs[k, index] * term(k)`` for a symbolic ``index``: a Select over its values,
+    each an explicit sum of the non-zero terms (folded to one sum once ``index`` is unrolled)."""
+    expr = None
+    for col in reversed(range(coeffs.shape[1])):
+        value = _sparse_sum(coeffs[:, col], term)
+        expr = value if expr is None else tir.if_then_else(index == col, value, expr)
+    return expr
+
+
+def _sparse_sum(column, term):
+    """``sum_k column[k] * term(k)`` over the non-zero entries, a positive one first (so that
+    -1 entries become subtractions and 1 entries plain additions)."""
+    entries = sorted((k for k in range(len(column)) if column[k] != 0), key=lambda k: column[k] < 0)
+    total = None
+    for k in entries:
+        coeff, x = float(column[k]), term(k)
+        if total is None:
+            total = x if coeff == 1 else x * tir.const(coeff, x.dtype)
+        elif abs(coeff) == 1:
+            total = total + x if coeff == 1 else total - x
+        else:
+            total = total + x * tir.const(coeff, x.dtype)
+    return total
+
+
+def _define_knobs(cfg, nh, nw, co_vectors, lanes):
+    """tile_p x tile_co: the register tile (tiles of a block x Co vectors); block_rows,
+    co_chunks: the parallel block (tile rows x a chunk of Co vectors)."""
+    cfg.define_knob("tile_p", list(range(1, winograd_tiling.MAX_TILE_P + 1)))
+    cfg.define_knob(
+        "tile_co", [d for d in range(1, winograd_tiling.MAX_TILE_CO + 1) if co_vectors % d == 0]
+    )
+    cfg.define_knob("block_rows", list(range(1, nh + 1)))
+    cfg.define_knob("co_chunks", [d for d in range(1, co_vectors + 1) if co_vectors % d == 0])
+    cfg.define_knob("v_root", [0, 1])
+    if cfg.is_fallback:
+        target = tvm.target.Target.current(allow_none=True)
+        cores = int(target.attrs.get("num-cores", 0)) if target is not None else 0
+        plan = winograd_tiling.choose_plan(
+            lanes, nh, nw, co_vectors, cores or winograd_tiling.DEFAULT_CORES
+        )
+        for knob in ("tile_p", "tile_co", "block_rows", "co_chunks", "v_root"):
+            cfg[knob] = OtherOptionEntity(getattr(plan, knob))
+
+
+def _tile_co(cfg, co_vectors):
+    """The register tile's Co vectors, made a divisor of the Co chunk."""
+    chunk = co_vectors // cfg["co_chunks"].val
+    tile_co = cfg["tile_co"].val
+    while chunk % tile_co:
+        tile_co -= 1
+    return chunk, tile_co
+
+
+@autotvm.register_topi_compute(NAME)
+def conv2d_nhwc_winograd_x86(
+    cfg, data, weight, bias, residual, padding, activation, alpha, lanes, winograd_tile
+):
+    """The AutoTVM template (positional arguments, ``WORKLOAD_FIELDS``: they form the
+    workload): NHWC ``data``, HWIO ``weight``, optional bias and residual, the padding and
+    epilogue fields of the spec, the transformed weight's ``lanes`` and m (``winograd_tile``)."""
+    spec = KernelSpec.conv(tuple(data.shape), tuple(weight.shape), (1, 1), padding, (1, 1))
+    spec = spec.with_epilogue(
+        bias is not None, residual is not None, activation=activation, alpha=float(alpha)
+    )
+    spec = winograd_weights.winograd_spec(spec, int(winograd_tile), int(lanes))
+    return _kernel(cfg, spec, data, _transformed_weight(spec, weight), bias, residual)
+
+
+def _kernel(cfg, spec: KernelSpec, data, weight, bias, residual):
+    """TE of the Winograd kernel on the transformed ``weight``, with the knobs of ``cfg``.
+
+    The tiles of a block (``block_rows`` tile rows) are one axis ``q``, padded to whole
+    register tiles; the padding tiles repeat the block's last tile and are never stored."""
+    m, (ho, wo) = spec.winograd_tile, spec.out_hw
+    nh, nw = -(-ho // m), -(-wo // m)
+    _define_knobs(cfg, nh, nw, spec.weight.shape[2], spec.lanes)
+    grid = _Grid(m, nh, nw, cfg["block_rows"].val, cfg["tile_p"].val)
+    v = _input_transform(spec, data, grid)
+    gemm = _batched_gemm(spec, v, weight)
+    acc = _output_transform(spec, gemm, grid)
+    return apply_epilogue(acc, bias, residual, spec.activation, spec.alpha)
+
+
+class _Grid:
+    """The tiles of the output (``nh x nw``) and their blocks: ``blocks`` of ``rows`` tile rows,
+    each padded to ``per_block`` tiles (whole register tiles of the config)."""
+
+    def __init__(self, m, nh, nw, rows, tile_p):
+        self.m, self.nh, self.nw, self.rows = m, nh, nw, rows
+        self.blocks = -(-nh // self.rows)
+        self.per_block = -(-(self.rows * nw) // tile_p) * tile_p
+
+    def origin(self, blk, q):
+        """(y, x) of the top-left input pixel of tile ``q`` of block ``blk`` (padding tiles:
+        the block's last tile)."""
+        if self.per_block != self.rows * self.nw:
+            q = te.min(q, self.rows * self.nw - 1)
+        return te.min(blk * self.rows + q // self.nw, self.nh - 1) * self.m, q % self.nw * self.m
+
+
+def _input_transform(spec: KernelSpec, data, grid: _Grid):
+    """``V = B^T d B`` of every tile, ``[alpha, alpha, N, blocks, per_block, Ci]`` (Ci padded to
+    whole vectors with zeros), through the row transform ``d B``."""
+    n, h, w, ci = spec.data.shape
+    m, size, lanes = grid.m, grid.m + 2, spec.lanes
+    _, b_mat, _ = transform_matrices(m)
+    ci_pad = -(-ci // lanes) * lanes
+    top, left, _, _ = spec.padding
+    pad_after = [0, grid.nh * m + 2 - h - top, grid.nw * m + 2 - w - left, ci_pad - ci]
+    dpad = topi.nn.pad(data, [0, top, left, 0], pad_after, name="data_pad")
+
+    def row_transform(b, blk, q, r, nu, c):
+        y, x = grid.origin(blk, q)
+        return _combine(b_mat, nu, lambda j: dpad[b, y + r, x + j, c])
+
+    tiles = (n, grid.blocks, grid.per_block)
+    rows_t = te.compute((*tiles, size, size, ci_pad), row_transform, name="wino_rows")
+    return te.compute(
+        (size, size, *tiles, ci_pad),
+        lambda e, nu, b, blk, q, c: _combine(b_mat, e, lambda r: rows_t[b, blk, q, r, nu, c]),
+        name="wino_v",
+    )
+
+
+def _batched_gemm(spec: KernelSpec, v, weight):
+    """``M = V U`` at each of the alpha^2 points, over Ci. The reduction runs over whole
+    vectors of Ci too: V's padded channels are zero and multiply the weight's last real row."""
+    ci, ci_pad, lanes = spec.in_channels, int(v.shape[5]), spec.lanes
+    rc = te.reduce_axis((0, ci_pad), name="rc")
+    row = rc if ci == ci_pad else te.min(rc, ci - 1)
+    out_dtype = spec.out.dtype
+    return te.compute(
+        (*v.shape[:5], spec.weight.shape[2] * lanes),
+        lambda e, nu, b, blk, q, co: te.sum(
+            v[e, nu, b, blk, q, rc].astype(out_dtype)
+            * weight[e, nu, co // lanes, row, co % lanes].astype(out_dtype),
+            axis=rc,
+        ),
+        name="wino_m",
+        tag=GEMM_TAG,
+    )
+
+
+def _output_transform(spec: KernelSpec, gemm, grid: _Grid):
+    """``Y = A^T M A`` of every tile, through the column transform ``M A``, cut to the output."""
+    m, size, rows, nw = grid.m, grid.m + 2, grid.rows, grid.nw
+    a_mat, _, _ = transform_matrices(m)
+
+    def col_transform(b, th, tw, e, x, co):
+        q = th % rows * nw + tw
+        return _combine(a_mat, x, lambda nu: gemm[e, nu, b, th // rows, q, co])
+
+    n, channels = spec.data.shape[0], spec.out_channels
+    shape = (n, grid.nh, nw, size, m, int(gemm.shape[5]))
+    cols_t = te.compute(shape, col_transform, name="wino_cols")
+    return te.compute(
+        (n, *spec.out_hw, channels),
+        lambda b, y, x, c: _combine(a_mat, y % m, lambda e: cols_t[b, y // m, x // m, e, x % m, c]),
+        name="wino_acc",
+    )
+
+
+@autotvm.register_topi_schedule(NAME)
+def schedule(cfg, outs):
+    """The hand-written schedule of :func:`conv2d_nhwc_winograd_x86`."""
+    outs = [outs] if isinstance(outs, te.Tensor) else outs
+    s = te.create_schedule([x.op for x in outs])
+    out = outs[0]
+    stages = _find_stages(out)
+    if stages["wino_acc"].op != out.op:
+        s[stages["wino_acc"]].compute_inline()
+    _schedule_block(cfg, s, out, stages)
+    return s
+
+
+def _find_stages(out):
+    stack, seen, found = [out.op], set(), {}
+    while stack:
+        op = stack.pop()
+        found[op.name] = op.output(0)
+        seen.add(op)
+        stack += [t.op for t in op.input_tensors if t.op not in seen]
+    if "wino_m" not in found:
+        raise ValueError(f"{NAME}: no Winograd GEMM under {out.op.name}")
+    return found
+
+
+def _schedule_block(cfg, s, out, stages):
+    gemm, v, rows_t, cols_t = (stages[k] for k in ("wino_m", "wino_v", "wino_rows", "wino_cols"))
+    m = int(gemm.shape[0]) - 2
+    lanes = int(gemm.op.input_tensors[1].shape[4])
+    chunk, tile_co = _tile_co(cfg, int(gemm.shape[5]) // lanes)
+
+    # the output: parallel blocks (batch, tile rows, Co chunk)
+    b, y, x, c = s[out].op.axis
+    th, hi = s[out].split(y, m)
+    tw, wi = s[out].split(x, m)
+    thb, thi = s[out].split(th, cfg["block_rows"].val)
+    cv, cl = s[out].split(c, lanes)
+    cc, cvi = s[out].split(cv, chunk)
+    s[out].reorder(b, thb, cc, thi, tw, cvi, hi, wi, cl)
+    block = s[out].fuse(b, thb, cc)
+    s[out].parallel(block)
+    s[out].unroll(hi)
+    s[out].unroll(wi)
+    s[out].vectorize(cl)
+
+    # output transform of one tile and vector
+    s[cols_t].compute_at(s[out], cvi)
+    _, _, _, e, xx, co = s[cols_t].op.axis
+    _, co_l = s[cols_t].split(co, lanes)
+    s[cols_t].unroll(e)
+    s[cols_t].unroll(xx)
+    s[cols_t].vectorize(co_l)
+
+    _schedule_gemm(cfg, s, gemm, lanes, tile_co)
+    s[gemm].compute_at(s[out], block)
+    _schedule_input(s, v, rows_t, lanes)
+    if cfg["v_root"].val:  # the whole transformed input up front, in its own parallel loop
+        s[v].parallel(s[v].fuse(*s[v].op.axis[2:5]))
+    else:
+        s[v].compute_at(s[out], block)
+    pad = stages.get("data_pad")
+    if pad is not None:
+        pb, ph, _, _ = s[pad].op.axis
+        s[pad].parallel(s[pad].fuse(pb, ph))
+
+
+def _schedule_gemm(cfg, s, gemm, lanes, tile_co):
+    """The alpha^2 GEMMs of a block: register tiles of tile_p tiles x tile_co vectors, the
+    accumulators in a local cache, the weight slice of a Co block reused across the tiles."""
+    local = s.cache_write(gemm, "local")
+    e, nu, b, blk, q, co = s[gemm].op.axis
+    co_o, co_l = s[gemm].split(co, lanes)
+    co_b, co_v = s[gemm].split(co_o, tile_co)
+    tw_o, tw_i = s[gemm].split(q, cfg["tile_p"].val)
+    s[gemm].reorder(e, nu, b, blk, co_b, tw_o, tw_i, co_v, co_l)
+    s[gemm].unroll(tw_i)
+    s[gemm].unroll(co_v)
+    s[gemm].vectorize(co_l)
+    s[local].compute_at(s[gemm], tw_o)
+    _, _, _, _, ltw, lco = s[local].op.axis
+    (rc,) = s[local].op.reduce_axis
+    lco_v, lco_l = s[local].split(lco, lanes)
+    s[local].reorder(rc, ltw, lco_v, lco_l)
+    s[local].unroll(ltw)
+    s[local].unroll(lco_v)
+    s[local].vectorize(lco_l)
+
+
+def _schedule_input(s, v, rows_t, lanes):
+    """The input transform of a block, one Ci vector of one tile at a time."""
+    e, nu, b, blk, q, c = s[v].op.axis
+    c_o, c_l = s[v].split(c, lanes)
+    s[v].reorder(b, blk, q, c_o, e, nu, c_l)
+    s[v].unroll(e)
+    s[v].unroll(nu)
+    s[v].vectorize(c_l)
+    s[rows_t].compute_at(s[v], c_o)
+    *_, r, nu_r, c_r = s[rows_t].op.axis
+    _, c_rl = s[rows_t].split(c_r, lanes)
+    s[rows_t].unroll(r)
+    s[rows_t].unroll(nu_r)
+    s[rows_t].vectorize(c_rl)

@@ -1,0 +1,112 @@
+"""The analytic tile model of the Winograd kernel: register tile and parallel block.
+
+The kernel's GEMM (``schedules.winograd``) is the direct kernel's register tile with Winograd
+tiles in place of output pixels: ``tile_p`` tiles of a block x ``tile_co`` vectors of VL output
+channels, so ``schedules.tiling.best_tile`` chooses it, the block's tiles playing Wo.
+
+The parallel block decides how often the transformed weight (alpha^2 x Ci x Co, larger than the
+3x3 weight) is streamed: once per block. Maps with at least ``BLOCKS_PER_CORE`` tile rows per
+core take one tile row per block, its input transformed inside the block (cache-resident).
+Smaller maps, whose tiles are few, put every tile row in one block and split Co into chunks
+instead, so that the cores share the weight rather than each streaming all of it; their input
+is transformed once up front (``v_root``), not once per chunk. Measured on Zen 3 (CPU time of
+one thread, interleaved): per-block transforms are 8-25 % faster than up-front ones at 56x56,
+and up-front ones 10-50 % faster than per-chunk ones at 28x28 and below.
+This module is plain Python: it knows nothing of TE.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import tiling
+
+#: Most tiles in one register tile.
+MAX_TILE_P = tiling.MAX_OWB
+#: Most channel vectors in one register tile.
+MAX_TILE_CO = tiling.MAX_OCB
+#: Parallel blocks per core the plan aims for (load balance on a shared machine).
+BLOCKS_PER_CORE = 4
+#: Cores the plan assumes where the target does not say.
+DEFAULT_CORES = 2
+
+
+@dataclass(frozen=True)
+class Plan:
+    tile_p: int  # tiles per register tile
+    tile_co: int  # Co vectors per register tile
+    block_rows: int  # tile rows per parallel block
+    co_chunks: int  # Co chunks per block row (parallel blocks along Co)
+    v_root: int  # transform the whole input up front (1) or inside each block (0)
+
+
+def choose_plan(lanes: int, nh: int, nw: int, co_vectors: int, cores: int = DEFAULT_CORES) -> Plan:
+    """The model's plan for an ``nh x nw`` grid of tiles and ``co_vectors`` Co vectors."""
+    machine = tiling.machine_for(lanes)
+    wanted = BLOCKS_PER_CORE * cores
+    if nh >= wanted:
+        _, tile_p, tile_co = tiling.best_tile(machine, nw, co_vectors)
+        return Plan(tile_p, tile_co, block_rows=1, co_chunks=1, v_root=0)
+    _, tile_p, tile_co = tiling.best_tile(machine, nh * nw, co_vectors)
+    chunks = [d for d in range(1, co_vectors // tile_co + 1) if co_vectors % (d * tile_co) == 0]
+    co_chunks = min((d for d in chunks if d >= wanted), default=chunks[-1])
+    return Plan(tile_p, tile_co, block_rows=nh, co_chunks=co_chunks, v_root=int(co_chunks > 1))
+
+
+# -- which algorithm: the cost model the graph half asks ------------------------------------------
+#: Multiply-adds per ns that both kernels' inner loops reach with 8 lanes (one Zen 3 core,
+#: measured: about 70 GFLOP/s direct; Winograd's GEMM alike), assumed to scale with the lanes.
+#: Only ratios of costs matter.
+MACS_PER_NS = 35.0
+#: Bytes per ns at which a kernel streams a weight too large to stay in cache (Zen 3, fitted to
+#: the 7x7x512 layer, where the Winograd weights are 1.8x (F(2x2)) and 4x (F(4x4)) the direct).
+WEIGHT_BYTES_PER_NS = 22.0
+#: ns per transformed value (input and output transforms: per tile, point and channel).
+TRANSFORM_NS = 0.25
+#: How much faster (estimated) Winograd must be to be chosen: the model is rough.
+MIN_GAIN = 1.25
+#: The tile sizes the kernel supports.
+TILES = (2, 4)
+
+
+def estimated_ns(
+    m: int, n: int, ho: int, wo: int, ci: int, co: int, lanes: int, cores: int = DEFAULT_CORES
+) -> float:
+    """Estimated time of a 3x3 stride-1 conv: direct for ``m == 0``, else Winograd F(m x m).
+
+    The MACs at ``MACS_PER_NS`` per core and the transforms, both shared by ``cores``, plus the
+    weight streamed once at ``WEIGHT_BYTES_PER_NS`` (memory bandwidth is not shared out: on
+    small maps with many channels the larger Winograd weight is what costs). Fitted to CPU
+    times of the layer benchmark's 3x3 layers on Zen 3 (one thread: each within ~20 %; two
+    threads, interleaved: F(2x2) gains nothing on 7x7x512)."""
+    co_pad = -(-co // lanes) * lanes
+    macs_per_ns = MACS_PER_NS * lanes / 8 * cores
+    if m == 0:
+        macs, weight_bytes, transformed = n * ho * wo * ci * co * 9, 9 * ci * co_pad * 4, 0
+    else:
+        alpha, tiles = m + 2, n * -(-ho // m) * -(-wo // m)
+        macs = alpha * alpha * tiles * ci * co_pad
+        weight_bytes = alpha * alpha * ci * co_pad * 4
+        transformed = alpha * alpha * tiles * (ci + co_pad)
+    compute = macs / macs_per_ns + transformed * TRANSFORM_NS / cores
+    return compute + weight_bytes / WEIGHT_BYTES_PER_NS
+
+
+def choose_winograd_tile(
+    n: int,
+    ho: int,
+    wo: int,
+    ci: int,
+    co: int,
+    lanes: int,
+    cores: int = DEFAULT_CORES,
+    tiles=TILES,
+) -> int:
+    """m of the fastest Winograd F(m x m, 3x3) among ``tiles`` when the model expects it at least
+    ``MIN_GAIN`` times faster than the direct kernel, else 0 (direct)."""
+
+    def cost(m):
+        return estimated_ns(m, n, ho, wo, ci, co, lanes, cores)
+
+    best = min(tiles, key=cost, default=0)
+    return best if best and cost(best) * MIN_GAIN <= cost(0) else 0

@@ -1,0 +1,129 @@
+"""The graph half's algorithm choice: which fused convs run as Winograd, and the built result.
+
+ChooseAlgorithm asks the kernel half's cost model per conv; these tests pin its decisions on
+convs that must not take Winograd (stride 2, dilation 2, 1x1, too few channels, a 1x1 map,
+groups) and on ones that must, that ``algorithm="direct"`` and ``precision="high"`` reach the
+choice, and that a built Winograd model matches stock TVM with no weight transform left to run.
+"""
+
+import json
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relay
+
+import tvm_fuse
+from tvm_fuse import strategy, testing
+from tvm_fuse.passes.algorithm import ChooseAlgorithm
+
+# name -> (input NHWC shape, HWIO weight shape, strides, dilation, padding, groups)
+CONVS = {
+    "winograd_3x3_s1": ((1, 28, 28, 64), (3, 3, 64, 64), 1, 1, 1, 1),
+    "stride2": ((1, 28, 28, 64), (3, 3, 64, 64), 2, 1, 1, 1),
+    "dilation2": ((1, 28, 28, 64), (3, 3, 64, 64), 1, 2, 2, 1),
+    "pointwise": ((1, 28, 28, 64), (1, 1, 64, 64), 1, 1, 0, 1),
+    "tiny_ci": ((1, 28, 28, 3), (3, 3, 3, 64), 1, 1, 1, 1),
+    "map_1x1": ((1, 1, 1, 256), (3, 3, 256, 256), 1, 1, 1, 1),
+    "groups2": ((1, 28, 28, 64), (3, 3, 32, 64), 1, 1, 1, 2),
+}
+
+
+def convs_module(names, rng):
+    """One NHWC module with a conv + ReLU per name, each on its own input; the params."""
+    inputs, outputs, params = [], [], {}
+    for name in names:
+        data_shape, weight_shape, stride, dilation, pad, groups = CONVS[name]
+        data = relay.var(f"x_{name}", shape=data_shape)
+        params[f"w_{name}"] = rng.standard_normal(weight_shape).astype("float32") / 24
+        weight = relay.var(f"w_{name}", shape=weight_shape)
+        conv = relay.nn.conv2d(
+            data,
+            weight,
+            strides=(stride,) * 2,
+            dilation=(dilation,) * 2,
+            padding=(pad,) * 2,
+            groups=groups,
+            channels=weight_shape[3],
+            kernel_size=weight_shape[:2],
+            data_layout="NHWC",
+            kernel_layout="HWIO",
+        )
+        inputs += [data, weight]
+        outputs.append(relay.nn.relu(conv))
+    body = outputs[0] if len(outputs) == 1 else relay.Tuple(outputs)
+    return tvm.IRModule.from_expr(relay.Function(inputs, body)), params
+
+
+def chosen(mod, params, **options):
+    """(algorithm, m) of every fused kernel of the optimized module, in order."""
+    optimized = tvm_fuse.optimize(mod, params, tvm_fuse.host_target(), **options)
+    return [(s.algorithm, s.winograd_tile) for s in tvm_fuse.describe(optimized)]
+
+
+def test_winograd_only_where_it_applies_and_pays(rng):
+    names = list(CONVS)
+    mod, params = convs_module(names, rng)
+    choices = chosen(mod, params)
+    fused = [n for n in names if n != "groups2"]  # a grouped conv stays a stock op
+    assert len(choices) == len(fused)
+    assert dict(zip(fused, choices)) == {
+        "winograd_3x3_s1": ("winograd", 4),
+        **{name: ("direct", 0) for name in fused[1:]},
+    }
+
+
+@pytest.mark.parametrize(
+    "options, want",
+    [({"algorithm": "direct"}, ("direct", 0)), ({"precision": "high"}, ("winograd", 2))],
+)
+def test_options_reach_the_choice(options, want, rng):
+    mod, params = convs_module(["winograd_3x3_s1"], rng)
+    assert chosen(mod, params, **options) == [want]
+
+
+def test_the_pass_is_idempotent(rng):
+    mod, params = convs_module(["winograd_3x3_s1"], rng)
+    optimized = tvm_fuse.optimize(mod, params, tvm_fuse.host_target())
+    again = ChooseAlgorithm(tvm_fuse.host_target())(optimized)
+    assert tvm.ir.structural_equal(again, relay.transform.InferType()(optimized))
+
+
+@pytest.mark.parametrize("option", [{"algorithm": "fast"}, {"precision": "low"}])
+def test_unknown_options_are_one_clear_error(option, rng):
+    mod, params = convs_module(["winograd_3x3_s1"], rng)
+    name, value = next(iter(option.items()))
+    with pytest.raises(ValueError, match=f"unknown {name} '{value}'; choose one of"):
+        tvm_fuse.build(mod, params, tvm_fuse.host_target(), **option)
+
+
+def test_built_winograd_matches_stock_with_nothing_left_to_transform(rng):
+    """conv + bias + residual + ReLU as Winograd, against stock TVM; the weight transform is
+    folded at compile time (only the kernel runs, on a transformed constant)."""
+    x = relay.var("x", shape=(1, 14, 14, 32))
+    w = relay.const(rng.standard_normal((3, 3, 32, 32)).astype("float32") / 17)
+    b = relay.const(rng.standard_normal(32).astype("float32"))
+    conv = relay.nn.conv2d(
+        x,
+        w,
+        padding=(1, 1),
+        channels=32,
+        kernel_size=(3, 3),
+        data_layout="NHWC",
+        kernel_layout="HWIO",
+    )
+    out = relay.nn.relu(relay.add(relay.nn.bias_add(conv, b, axis=3), x))
+    mod = tvm.IRModule.from_expr(relay.Function([x], out))
+    assert chosen(mod, {}) == [("winograd", 4)]
+    lib = tvm_fuse.build(mod, target=tvm_fuse.host_target())
+    data = {"x": rng.standard_normal((1, 14, 14, 32)).astype("float32")}
+    testing.assert_close(testing.run(lib, data), testing.run(testing.build_stock(mod), data), 1e-4)
+    kernels = {
+        node["attrs"]["func_name"]
+        for node in json.loads(lib.get_graph_json())["nodes"]
+        if node["op"] == "tvm_op"
+    }
+    assert all("tvm_fuse_conv2d_nhwc_fused" in k for k in kernels), kernels
+    lanes = strategy.simd_lanes(tvm_fuse.host_target())
+    shapes = [p.shape for p in lib.get_params().values()]
+    assert (6, 6, 32 // lanes, 32, lanes) in shapes

@@ -1,0 +1,230 @@
+"""The Winograd kernel and its weight transform against NumPy (float64 references).
+
+Each kernel case is one LLVM build of the TE compute + schedule on a Winograd-domain weight made
+by the NumPy transform. The cases cover Ci/Co 3, 16, 17, 64, 256, maps 7x7, 14x14, 56x56 and odd
+ones (tiles overhanging the edge), batch 1 and 2, asymmetric and no padding, every epilogue kind
+(none, bias, residual, each activation the reference knows), F(2x2) and F(4x4), VL 8 and 16,
+without a cross product. The error bound is relative to max |reference| and depends on m: the
+larger tiles' transforms have larger coefficients (measured on these cases: F(2x2) <= 6e-7,
+F(4x4) <= 6e-6).
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import tvm
+from test_kernel import host_target, reference
+from tvm import autotvm, relay, te
+
+from tvm_fuse.schedules import winograd, winograd_tiling
+from tvm_fuse.spec import KernelSpec
+from tvm_fuse.schedules import winograd_weights as weights
+
+#: max |error| / max |float64 reference| asserted per m.
+ERROR_BOUND = {2: 2e-6, 4: 2e-5}
+
+
+@dataclass(frozen=True)
+class Case:
+    ci: int
+    co: int
+    hw: tuple = (7, 7)
+    m: int = 2
+    batch: int = 1
+    padding: tuple = (1, 1, 1, 1)
+    activation: str = "relu"
+    bias: bool = True
+    residual: bool = False
+    lanes: int = 8
+
+
+CASES = {
+    "ci3_co16_map7_f2": Case(3, 16),
+    "ci16_co3_map7_f4_bias_only": Case(16, 3, m=4, activation="none"),
+    "ci17_co17_odd_asym_batch2_residual_f2": Case(
+        17, 17, hw=(9, 11), batch=2, padding=(2, 1, 0, 1), residual=True
+    ),
+    "ci17_co16_odd_asym_residual_f4": Case(
+        17, 16, hw=(11, 9), m=4, padding=(0, 2, 1, 0), residual=True
+    ),
+    "ci64_co64_map14_leaky_f4": Case(64, 64, hw=(14, 14), m=4, activation="leaky_relu"),
+    "ci64_co64_map14_batch2_nothing_f2": Case(
+        64, 64, hw=(14, 14), batch=2, activation="none", bias=False
+    ),
+    "ci16_co64_map56_sigmoid_f4": Case(16, 64, hw=(56, 56), m=4, activation="sigmoid"),
+    "ci16_co32_nopad_residual_vl16_f4": Case(
+        16, 32, hw=(10, 13), m=4, padding=(0, 0, 0, 0), residual=True, lanes=16
+    ),
+    "ci16_co17_batch2_vl16_f2": Case(16, 17, batch=2, lanes=16),
+}
+SLOW_CASES = {
+    "ci256_co256_map14_residual_f4": Case(256, 256, hw=(14, 14), m=4, residual=True),
+    "ci256_co256_map7_batch2_f2": Case(256, 256, batch=2),
+}
+
+
+def make_inputs(rng, case):
+    batch, hw, ci, co, padding = case.batch, case.hw, case.ci, case.co, case.padding
+    data = rng.standard_normal((batch, *hw, ci)).astype("float32")
+    weight = (rng.standard_normal((3, 3, ci, co)) / np.sqrt(9 * ci)).astype("float32")
+    bias = rng.standard_normal(co).astype("float32") if case.bias else None
+    out_shape = (
+        batch,
+        hw[0] + padding[0] + padding[2] - 2,
+        hw[1] + padding[1] + padding[3] - 2,
+        co,
+    )
+    residual = rng.standard_normal(out_shape).astype("float32") if case.residual else None
+    return data, weight, bias, residual
+
+
+def winograd_spec(data, weight, bias, residual, padding, activation, m, lanes):
+    spec = KernelSpec.conv(data.shape, weight.shape, (1, 1), padding, (1, 1)).with_epilogue(
+        bias is not None, residual is not None, activation=activation, alpha=0.1
+    )
+    return weights.winograd_spec(spec, m, lanes)
+
+
+def build_kernel(data, weight, bias, residual, padding, activation, m, lanes):
+    """Build the TE kernel; return its output on the NumPy inputs."""
+    spec = winograd_spec(data, weight, bias, residual, padding, activation, m, lanes)
+    tensors = {
+        "data": data,
+        "weight": weights.transform_hwio(weight, m, lanes),
+        "bias": bias,
+        "residual": residual,
+    }
+    holders = {k: te.placeholder(v.shape, name=k) for k, v in tensors.items() if v is not None}
+    with host_target():
+        out = winograd.compute(spec, **{k: holders.get(k) for k in tensors})
+        s = winograd.schedule([out])
+    func = tvm.build(s, list(holders.values()) + [out], host_target())
+    result = tvm.nd.empty([int(d) for d in out.shape], "float32")
+    func(*[tvm.nd.array(tensors[k]) for k in holders], result)
+    return result.numpy()
+
+
+def check_case(case, rng):
+    data, weight, bias, residual = make_inputs(rng, case)
+    got = build_kernel(
+        data, weight, bias, residual, case.padding, case.activation, case.m, case.lanes
+    )
+    want = reference(
+        data, weight, bias, residual, (1, 1), case.padding, (1, 1), case.activation, 0.1
+    )
+    assert got.shape == want.shape
+    error = np.abs(got - want).max() / np.abs(want).max()
+    assert error <= ERROR_BOUND[case.m], f"F({case.m}x{case.m}): relative error {error:.3g}"
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_kernel_matches_float64_reference(case, rng):
+    check_case(case, rng)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", SLOW_CASES.values(), ids=SLOW_CASES.keys())
+def test_kernel_large_channels(case, rng):
+    check_case(case, rng)
+
+
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        dict(tile_p=3, tile_co=1, block_rows=2, co_chunks=2, v_root=1),
+        dict(tile_p=4, tile_co=2, block_rows=3, co_chunks=1, v_root=0),
+    ],
+)
+def test_tuned_configs_stay_correct(knobs, rng):
+    """A config other than the fallback (as a tuner would apply it) computes the same conv."""
+    case = Case(16, 32, hw=(13, 9), m=4)
+    data, weight, bias, _ = make_inputs(rng, case)
+    spec = winograd_spec(data, weight, bias, None, case.padding, case.activation, 4, 8)
+    args = winograd.workload_args(
+        spec,
+        *(te.placeholder(a.shape, name=n) for n, a in [("d", data), ("w", weight), ("b", bias)]),
+        None,
+    )
+    task = autotvm.task.create(
+        winograd.NAME, args=autotvm.task.serialize_args(args), target=host_target()
+    )
+    space = task.config_space
+    assert set(space.space_map) == {"tile_p", "tile_co", "block_rows", "co_chunks", "v_root"}
+    config = space.get(_flat_index(space, knobs))
+    assert {k: config[k].val for k in knobs} == knobs
+    with autotvm.task.ApplyConfig(config):
+        check_case(case, rng)
+
+
+def _flat_index(space, knobs):
+    """The index in ``space`` of the config with ``knobs`` (AutoTVM's mixed-radix order)."""
+    index, stride = 0, 1
+    for name, knob in space.space_map.items():
+        index += [e.val for e in knob.entities].index(knobs[name]) * stride
+        stride *= len(knob.entities)
+    return index
+
+
+def test_plan_blocks_small_maps_along_co():
+    large = winograd_tiling.choose_plan(8, nh=14, nw=14, co_vectors=8)
+    assert (large.block_rows, large.co_chunks, large.v_root) == (1, 1, 0)
+    small = winograd_tiling.choose_plan(8, nh=4, nw=4, co_vectors=64)
+    assert small.block_rows == 4 and small.co_chunks >= 8 and small.v_root == 1
+    for plan, co_vectors in ((large, 8), (small, 64)):
+        assert co_vectors % (plan.co_chunks * plan.tile_co) == 0
+        assert plan.tile_p * plan.tile_co + plan.tile_co + 1 <= 16  # fits 16 ymm registers
+
+
+# -- the weight transform ---------------------------------------------------------------------
+@pytest.mark.parametrize("m", [2, 4])
+def test_numpy_transform_is_winograd(m, rng):
+    """1-D check of the matrices: A^T [(G g) * (B^T d)] is the correlation of d with g."""
+    a_mat, b_mat, g_mat = weights.transform_matrices(m)
+    d, g = rng.standard_normal(m + 2), rng.standard_normal(3)
+    direct = np.array([d[i : i + 3] @ g for i in range(m)])
+    np.testing.assert_allclose(a_mat.T @ ((g_mat @ g) * (b_mat.T @ d)), direct, rtol=1e-12)
+
+
+def test_numpy_transform_layout(rng):
+    weight = rng.standard_normal((3, 3, 5, 11)).astype("float32")
+    u = weights.transform_hwio(weight, 2, 8)
+    assert u.shape == weights.transformed_shape(2, 8, 5, 11) == (4, 4, 2, 5, 8)
+    _, _, g_mat = weights.transform_matrices(2)
+    want = g_mat @ weight[:, :, 3, 9].astype("float64") @ g_mat.T  # Ci 3, Co 9 = vector 1 lane 1
+    np.testing.assert_allclose(u[:, :, 1, 3, 1], want, rtol=1e-6)
+    assert not u[:, :, 1, :, 3:].any()  # Co 11..15: zero padding
+
+
+@pytest.mark.parametrize("m, lanes, co", [(2, 8, 16), (4, 8, 11), (4, 16, 20)])
+def test_relay_transform_matches_numpy(m, lanes, co, rng):
+    weight = rng.standard_normal((3, 3, 6, co)).astype("float32")
+    var = relay.var("w", shape=weight.shape, dtype="float32")
+    func = relay.Function([var], weights.relay_transform(var, m, lanes, 6, co))
+    got = relay.create_executor("graph", mod=tvm.IRModule.from_expr(func), target="llvm")
+    got = got.evaluate()(weight).numpy()
+    # both in float64: equal up to the final rounding to float32 (summation order differs)
+    np.testing.assert_allclose(
+        got, weights.transform_hwio(weight, m, lanes), rtol=2.5e-7, atol=1e-12
+    )
+    folded = relay.transform.FoldConstant()(
+        tvm.IRModule.from_expr(weights.relay_transform(relay.const(weight), m, lanes, 6, co))
+    )
+    assert isinstance(folded["main"].body, relay.Constant)  # nothing left to run at inference
+
+
+def test_layout_names_the_lanes_and_tile():
+    spec = KernelSpec.conv((1, 14, 14, 16), (3, 3, 16, 20), padding=(1, 1, 1, 1))
+    wino = weights.winograd_spec(spec, 4, 8)
+    assert wino.weight.layout == "WINO4_8o" and wino.lanes == 8
+    assert (wino.algorithm, wino.winograd_tile) == ("winograd", 4)
+    assert wino.weight.shape == (6, 6, 3, 16, 8)
+    assert wino.kernel_size == (3, 3) and wino.out_channels == 20 and wino.out == spec.out
+
+
+def test_refuses_a_direct_spec():
+    spec = KernelSpec.conv((1, 7, 7, 16), (3, 3, 16, 16), padding=(1, 1, 1, 1))
+    with pytest.raises(ValueError, match="WINO"):
+        winograd.compute(
+            spec, te.placeholder((1, 7, 7, 16)), te.placeholder((3, 3, 16, 16)), None, None
+        )

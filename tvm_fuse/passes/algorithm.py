@@ -1,0 +1,95 @@
+"""ChooseAlgorithm: which fused convs run as Winograd F(m x m, 3x3), decided per conv.
+
+Where it sits: after ``FuseConvBiasAct`` and before ``PackWeights`` in ``tvm_fuse.pipeline()``.
+For each fused call on an HWIO weight whose spec says "direct" it asks the meeting point
+``strategy.winograd_tile(spec, target, tiles)``: 3x3, stride 1, dilation 1 convs where the fast
+path applies, and where the kernel half's cost model expects Winograd to be clearly faster
+(enough channels, a map of more than a few tiles). Those calls get ``algorithm="winograd"`` and
+``winograd_tile=m`` in their spec; ``PackWeights`` then transforms their weight at compile time.
+``algorithm="direct"`` leaves every call direct. ``precision`` chooses the tiles the model may
+pick: ``"default"`` F(2x2) and F(4x4), ``"high"`` F(2x2) only (its error is ~10x smaller).
+A call already decided (a Winograd spec, or a weight packed already) is left as it is, so the
+pass is idempotent. It refuses unknown ``algorithm`` / ``precision`` values with a ValueError.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import tvm
+from tvm import relay
+from tvm.relay.dataflow_pattern import CallPattern, DFPatternCallback, is_op
+
+from .. import op as fused_op
+from .. import strategy
+from ..ir_utils import relay_functions
+from ..target import as_target
+
+#: The algorithms a build may ask for: "auto" (per conv, by the cost model) or "direct".
+ALGORITHMS = ("auto", "direct")
+#: The Winograd tiles each precision allows.
+PRECISIONS = {"default": (2, 4), "high": (2,)}
+
+
+def check_options(algorithm: str, precision: str) -> None:
+    """One clear error for an unknown ``algorithm`` or ``precision``."""
+    if algorithm not in ALGORITHMS:
+        raise ValueError(
+            f"tvm_fuse: unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}"
+        )
+    if precision not in PRECISIONS:
+        raise ValueError(
+            f"tvm_fuse: unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}"
+        )
+
+
+def ChooseAlgorithm(  # pylint: disable=invalid-name  (pass style)
+    target=None, algorithm: str = "auto", precision: str = "default"
+) -> tvm.transform.Pass:
+    """Set each fused conv's algorithm for ``target`` (see the module docstring)."""
+    check_options(algorithm, precision)
+
+    def transform(mod, _ctx):
+        if algorithm == "direct":
+            return mod
+        resolved = as_target(target) if target is not None else _current_target()
+        chooser = _Chooser(resolved, PRECISIONS[precision])
+        mod = relay.transform.InferType()(mod)
+        updates = {
+            gv: _visit(chooser, func)
+            for gv, func in relay_functions(mod).items()
+            if not (func.attrs and func.attrs.get("Primitive"))
+        }
+        mod = mod.clone()
+        for gv, func in updates.items():
+            mod[gv] = func
+        return relay.transform.InferType()(mod)
+
+    return tvm.transform.module_pass(transform, opt_level=0, name="tvm_fuse.ChooseAlgorithm")
+
+
+def _current_target():
+    return tvm.target.Target.current(allow_none=True) or as_target(None)
+
+
+class _Chooser(DFPatternCallback):
+    """Rewrites every fused call in one C++ walk (no Python recursion on deep graphs)."""
+
+    def __init__(self, target, tiles):
+        super().__init__(require_type=False, rewrite_once=True)
+        self.pattern = CallPattern(is_op(fused_op.OP_NAME), None)
+        self.target, self.tiles = target, tiles
+
+    def callback(self, pre, post, node_map):
+        spec = fused_op.spec_of_call(post)
+        if spec.algorithm != "direct":
+            return post
+        m = strategy.winograd_tile(spec, self.target, self.tiles)
+        if not m:
+            return post
+        chosen = dataclasses.replace(spec, algorithm="winograd", winograd_tile=m)
+        return fused_op.fused_call(chosen, **fused_op.call_arguments(post))
+
+
+def _visit(chooser, func):
+    return chooser.rewrite(func)
