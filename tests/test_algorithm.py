@@ -127,3 +127,18 @@ def test_built_winograd_matches_stock_with_nothing_left_to_transform(rng):
     lanes = strategy.simd_lanes(tvm_fuse.host_target())
     shapes = [p.shape for p in lib.get_params().values()]
     assert (6, 6, 32 // lanes, 32, lanes) in shapes
+
+
+def test_cli_algorithm_options_reach_explain(rng):
+    """``tvm-fuse compile/explain --algorithm/--precision`` parse to what ``explain`` (and
+    ``package.compile_onnx``) hand to ``tvm_fuse.optimize``."""
+    from tvm_fuse import cli, explain  # pylint: disable=import-outside-toplevel
+
+    args = cli.parser().parse_args(["explain", "m.onnx", "--algorithm", "direct"])
+    assert (args.algorithm, args.precision) == ("direct", "default")
+    args = cli.parser().parse_args(["compile", "m.onnx", "--precision", "high"])
+    assert (args.algorithm, args.precision) == ("auto", "high")
+    mod, params = convs_module(["winograd_3x3_s1"], rng)
+    for algorithm, want in (("auto", "winograd"), ("direct", "direct")):
+        kernels = explain.explain(mod, params, memory=False, algorithm=algorithm).kernels
+        assert [k.algorithm for k in kernels] == [want]

@@ -110,10 +110,19 @@ def test_pass_pipeline_fuses_and_does_not_partition(work):
     assert [p.name_hint for p in mod["main"].params] == ["data"]
 
 
-def test_composite_target_options_are_refused(work):
+def test_composite_target_options_other_than_the_algorithm_are_refused(work):
     model = frontends.load_model(work["model"])
-    with pytest.raises(stock_tvmc.TVMCException, match="takes no options"):
+    with pytest.raises(stock_tvmc.TVMCException, match="takes only the options"):
         fuse_tvmc.pass_pipeline(model.mod, model.params, tiles="4")
+    with pytest.raises(stock_tvmc.TVMCException, match="unknown precision"):
+        fuse_tvmc.pass_pipeline(model.mod, model.params, precision="fastest")
+
+
+def test_composite_target_algorithm_option_reaches_the_graph_half(work):
+    """``--target "tvm_fuse -algorithm=direct, llvm"`` gives tvmc's pipeline the option."""
+    model = frontends.load_model(work["model"])
+    mod = fuse_tvmc.pass_pipeline(model.mod, model.params, algorithm="direct")
+    assert {k.algorithm for k in tvm_fuse.describe(mod)} == {"direct"}
 
 
 # -- packages run by the stock tvmc (builds) ---------------------------------------------------------

@@ -25,7 +25,7 @@ import sys
 import time
 
 from .bench import RESULTS
-from .cli_options import add_model_options, add_verbosity, apply_verbosity
+from .cli_options import add_algorithm_options, add_model_options, add_verbosity, apply_verbosity
 from .errors import UserError
 from .progress import Progress
 from .tuning.cli import add_cli as add_tune_cli
@@ -71,6 +71,8 @@ def _compile(args, _extra) -> int:
         tuning_records=args.tuning_records,
         progress=Progress(quiet=args.quiet),
         force=args.force,
+        algorithm=args.algorithm,
+        precision=args.precision,
     )
     print(
         f"wrote {done.package}: a tvmc package with {len(done.kernels)} fused kernels for "
@@ -88,7 +90,14 @@ def _explain(args, _extra) -> int:
     target = user_inputs.check_target(args.target)
     model = package.load_checked(args.model, args.input_shapes, progress)
     with progress.stage("optimizing and planning memory"):
-        report = explain.explain(model.mod, model.params, target, memory=not args.no_memory)
+        report = explain.explain(
+            model.mod,
+            model.params,
+            target,
+            memory=not args.no_memory,
+            algorithm=args.algorithm,
+            precision=args.precision,
+        )
     print(f"model: {args.model}")
     print(report)
     return 0
@@ -175,6 +184,7 @@ def parser() -> argparse.ArgumentParser:
 
     compile_ = commands.add_parser("compile", help="compile an ONNX model into a tvmc package")
     add_model_options(compile_)
+    add_algorithm_options(compile_)
     compile_.add_argument(
         "-o",
         "--output",
@@ -191,6 +201,7 @@ def parser() -> argparse.ArgumentParser:
 
     explain = commands.add_parser("explain", help="what tvm_fuse fuses in a model, and why not")
     add_model_options(explain)
+    add_algorithm_options(explain)
     explain.add_argument("--no-memory", action="store_true", help="skip the memory plan")
     explain.set_defaults(run=_explain)
 

@@ -31,6 +31,23 @@ def add_model_options(command: argparse.ArgumentParser, quiet: bool = True) -> N
     add_verbosity(command, sub=True)
 
 
+def add_algorithm_options(command: argparse.ArgumentParser) -> None:
+    """``--algorithm`` and ``--precision``: the graph half's choice of Winograd per conv."""
+    command.add_argument(
+        "--algorithm",
+        choices=["auto", "direct"],
+        default="auto",
+        help="auto: Winograd for the 3x3 stride-1 convs where the cost model expects it to pay "
+        "(default); direct: the direct kernel everywhere",
+    )
+    command.add_argument(
+        "--precision",
+        choices=["default", "high"],
+        default="default",
+        help="Winograd tiles allowed: default F(2x2) and F(4x4); high F(2x2) only",
+    )
+
+
 def add_verbosity(command: argparse.ArgumentParser, sub: bool = False) -> None:
     """tvmc's ``-v``/``--verbose`` (repeatable); on a subcommand it adds to the top level's."""
     command.add_argument(

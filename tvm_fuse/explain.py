@@ -220,10 +220,13 @@ def _title(text: str) -> str:
     return f"\n== {text} " + "=" * max(0, 74 - len(text))
 
 
-def explain(mod, params=None, target=None, memory: bool = True) -> Explanation:
-    """Optimize ``mod`` with ``params`` and explain the result for ``target`` (default host)."""
+def explain(
+    mod, params=None, target=None, memory: bool = True, algorithm="auto", precision="default"
+) -> Explanation:
+    """Optimize ``mod`` with ``params`` (and ``tvm_fuse.optimize``'s ``algorithm`` and
+    ``precision``) and explain the result for ``target`` (default host)."""
     target = as_target(target)
-    optimized = optimize(mod, params)
+    optimized = optimize(mod, params, target, algorithm, precision)
     kernels = describe(optimized)
     return Explanation(
         target=target,

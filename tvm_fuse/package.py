@@ -75,6 +75,8 @@ def compile_onnx(
     tuning_records=None,
     progress: Progress | None = None,
     force: bool = False,
+    algorithm: str = "auto",
+    precision: str = "default",
 ) -> Compiled:
     """Compile the ONNX model at ``model_path`` with tvm_fuse into the tvmc package ``output``.
 
@@ -89,7 +91,9 @@ def compile_onnx(
     with user_inputs.scratch_dir(output) as scratch:
         model = load_checked(model_path, input_shapes, progress)
         with progress.stage("optimizing with the tvm_fuse pipeline"):
-            optimized = pass_pipeline(model.mod, model.params)
+            optimized = pass_pipeline(
+                model.mod, model.params, algorithm=algorithm, precision=precision
+            )
             kernels = describe(optimized)
         with progress.stage(f"building for {llvm} ({len(kernels)} fused kernels)"):
             built = os.path.join(scratch, Path(output).name)

@@ -52,13 +52,21 @@ def pass_pipeline(mod: tvm.IRModule, params=None, mod_name: str = "default", **o
     the current target (:func:`main` enters the ``--target``'s), else the host.
     """
     del mod_name  # one module per package; the fused kernels need no name of their own
-    if opts:
+    unknown = sorted(set(opts) - set(OPTIONS))
+    if unknown:
         raise stock_tvmc.TVMCException(
-            f"composite target {NAME!r} takes no options, got {sorted(opts)}; "
-            f'write --target "{NAME}, llvm -mcpu=..."'
+            f"composite target {NAME!r} takes only the options {', '.join(OPTIONS)}, got "
+            f'{unknown}; write e.g. --target "{NAME} -algorithm=direct, llvm -mcpu=..."'
         )
-    return optimize(mod, params)
+    try:
+        return optimize(mod, params, **opts)
+    except ValueError as err:  # an unknown algorithm or precision
+        raise stock_tvmc.TVMCException(str(err)) from None
 
+
+#: The composite target's options (``--target "tvm_fuse -algorithm=direct, llvm"``), as
+#: ``tvm_fuse.optimize`` takes them.
+OPTIONS = ("algorithm", "precision")
 
 ENTRY = {
     "config_key": None,  # no PassContext config of its own
