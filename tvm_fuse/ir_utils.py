@@ -63,3 +63,19 @@ def op_is_registered(name: str) -> bool:
 def relay_functions(mod: tvm.IRModule) -> dict:
     """GlobalVar -> relay.Function for every Relay function of ``mod`` (PrimFuncs left out)."""
     return {gv: f for gv, f in mod.functions.items() if isinstance(f, relay.Function)}
+
+
+def is_primitive(func: relay.Function) -> bool:
+    """Whether ``func`` is one of TVM's fused kernels (``Primitive``), which passes leave alone."""
+    return bool(func.attrs) and bool(func.attrs.get("Primitive"))
+
+
+def rewrite_functions(mod: tvm.IRModule, rewrite) -> tvm.IRModule:
+    """``mod`` with ``rewrite(func)`` in place of each of its Relay functions but the primitive
+    ones (a pass rewrites every function, not only ``main``), type-inferred before and after."""
+    mod = relay.transform.InferType()(mod)
+    updates = {gv: rewrite(f) for gv, f in relay_functions(mod).items() if not is_primitive(f)}
+    mod = mod.clone()
+    for gv, func in updates.items():
+        mod[gv] = func
+    return relay.transform.InferType()(mod)

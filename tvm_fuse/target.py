@@ -31,6 +31,14 @@ def host_target() -> tvm.target.Target:
     return tvm.target.Target(f"llvm{mcpu} -num-cores={cores or 1}")
 
 
+def target_or_current(target=None) -> tvm.target.Target:
+    """``target`` checked (:func:`as_target`); None: the enclosing ``with target:`` scope's,
+    else the host's. What the graph half packs and chooses kernels for."""
+    if target is not None:
+        return as_target(target)
+    return tvm.target.Target.current(allow_none=True) or host_target()
+
+
 def resolve_native(text: str) -> str:
     """``text`` with ``-mcpu=native`` replaced by this CPU's name (LLVM would read generic)."""
     cpu = tvm.target.codegen.llvm_get_system_cpu()

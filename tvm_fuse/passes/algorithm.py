@@ -22,8 +22,8 @@ from tvm.relay.dataflow_pattern import CallPattern, DFPatternCallback, is_op
 
 from .. import op as fused_op
 from .. import strategy
-from ..ir_utils import relay_functions
-from ..target import as_target
+from ..ir_utils import rewrite_functions
+from ..target import target_or_current
 
 #: The algorithms a build may ask for: "auto" (per conv, by the cost model) or "direct".
 ALGORITHMS = ("auto", "direct")
@@ -52,24 +52,10 @@ def ChooseAlgorithm(  # pylint: disable=invalid-name  (pass style)
     def transform(mod, _ctx):
         if algorithm == "direct":
             return mod
-        resolved = as_target(target) if target is not None else _current_target()
-        chooser = _Chooser(resolved, PRECISIONS[precision])
-        mod = relay.transform.InferType()(mod)
-        updates = {
-            gv: _visit(chooser, func)
-            for gv, func in relay_functions(mod).items()
-            if not (func.attrs and func.attrs.get("Primitive"))
-        }
-        mod = mod.clone()
-        for gv, func in updates.items():
-            mod[gv] = func
-        return relay.transform.InferType()(mod)
+        chooser = _Chooser(target_or_current(target), PRECISIONS[precision])
+        return rewrite_functions(mod, chooser.rewrite)
 
     return tvm.transform.module_pass(transform, opt_level=0, name="tvm_fuse.ChooseAlgorithm")
-
-
-def _current_target():
-    return tvm.target.Target.current(allow_none=True) or as_target(None)
 
 
 class _Chooser(DFPatternCallback):
@@ -90,6 +76,3 @@ class _Chooser(DFPatternCallback):
         chosen = dataclasses.replace(spec, algorithm="winograd", winograd_tile=m)
         return fused_op.fused_call(chosen, **fused_op.call_arguments(post))
 
-
-def _visit(chooser, func):
-    return chooser.rewrite(func)

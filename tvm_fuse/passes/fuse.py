@@ -28,7 +28,7 @@ from tvm import relay
 from tvm.relay.dataflow_pattern import CallPattern, DFPatternCallback, is_op, wildcard
 
 from .. import op as fused_op
-from ..ir_utils import relay_functions, use_counts
+from ..ir_utils import is_primitive, relay_functions, use_counts
 from ..spec import ACTIVATIONS, KernelSpec
 
 
@@ -268,10 +268,6 @@ def _fused_arguments(call) -> list[int]:
     return [i for i in indices if fused_op.is_fused_call(call.args[i])]
 
 
-def _is_primitive(func) -> bool:
-    return bool(func.attrs) and bool(func.attrs.get("Primitive"))
-
-
 def FuseConvBiasAct() -> tvm.transform.Pass:  # pylint: disable=invalid-name  (TVM pass style)
     """Fuse ``conv2d (NHWC) -> [bias] -> [residual] -> [activation]`` chains into one call."""
 
@@ -281,7 +277,7 @@ def FuseConvBiasAct() -> tvm.transform.Pass:  # pylint: disable=invalid-name  (T
             mod, grown = relay.transform.InferType()(mod), 0
             for gvar, func in relay_functions(mod).items():
                 fuser = _ChainFuser(func)
-                rewritten = fuser.rewrite(func) if not _is_primitive(func) else func
+                rewritten = fuser.rewrite(func) if not is_primitive(func) else func
                 if fuser.grown:
                     mod.update_func(gvar, rewritten)
                     grown += fuser.grown

@@ -23,34 +23,19 @@ from tvm.relay.dataflow_pattern import CallPattern, DFPatternCallback, is_op
 
 from .. import op as fused_op
 from .. import strategy
-from ..ir_utils import relay_functions
+from ..ir_utils import rewrite_functions
 from ..spec import KernelSpec
-from ..target import as_target
+from ..target import target_or_current
 
 
 def PackWeights(target=None) -> tvm.transform.Pass:  # pylint: disable=invalid-name  (pass style)
     """Pack every fused call's weight for ``target`` (see the module docstring)."""
 
     def transform(mod, _ctx):
-        resolved = _resolve(target)
-        mod = relay.transform.InferType()(mod)
-        updates = {
-            gv: _pack_function(func, resolved)
-            for gv, func in relay_functions(mod).items()
-            if not (func.attrs and func.attrs.get("Primitive"))
-        }
-        mod = mod.clone()
-        for gv, func in updates.items():
-            mod[gv] = func
-        return relay.transform.FoldConstant()(relay.transform.InferType()(mod))
+        packer = _Packer(target_or_current(target))
+        return relay.transform.FoldConstant()(rewrite_functions(mod, packer.rewrite))
 
     return tvm.transform.module_pass(transform, opt_level=0, name="tvm_fuse.PackWeights")
-
-
-def _resolve(target) -> tvm.target.Target:
-    if target is not None:
-        return as_target(target)
-    return tvm.target.Target.current(allow_none=True) or as_target(None)
 
 
 def packed_weight_expr(weight: relay.Expr, spec: KernelSpec, wanted: KernelSpec) -> relay.Expr:
@@ -82,6 +67,3 @@ class _Packer(DFPatternCallback):
         args["weight"] = packed_weight_expr(args["weight"], spec, wanted)
         return fused_op.fused_call(wanted, **args)
 
-
-def _pack_function(func: relay.Function, target) -> relay.Function:
-    return _Packer(target).rewrite(func)
