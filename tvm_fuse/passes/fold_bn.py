@@ -24,12 +24,14 @@ symbolic path cannot see the values, and a channel whose scale ``s`` is infinite
 out NaN throughout, where the unfolded BN gives +-inf in some places and NaN in others. Finite
 statistics give the unfolded result up to rounding, non-finite inputs included.
 
-It refuses (leaves the match unchanged, so the graph still computes the same) when: the conv or
-bias output has another consumer; the BN's mean/var outputs are used; the dtypes are not one
-float type (e.g. int8 convs, or an ``out_dtype`` other than the data's); the layouts are packed,
-or the BN's (or bias_add's) axis is not the conv's output channel axis; the weight's 'O' axis is
-not the output channels (depthwise ``HWOI`` with a channel multiplier); an ``add`` operand is not
-per-channel; constant statistics with ``var + eps`` <= 0.
+It refuses (leaves the match unchanged, so the graph still computes the same) when, in this
+order: the conv or bias output has another consumer; the BN's output tuple has another reader
+(its mean/var outputs are used); the layouts are packed, or the BN's axis is not the conv's output
+channel axis; the dtypes are not one float type (e.g. int8 convs, or an ``out_dtype`` other than
+the data's); the weight's 'O' axis is not the output channels (depthwise ``HWOI`` with a channel
+multiplier); the bias is not one value per channel (a ``bias_add`` along another axis, an ``add``
+operand of another shape); constant statistics with ``var + eps`` <= 0. :func:`fold_refusal`
+says which, in one sentence, and ``tvm-fuse explain`` prints it.
 """
 
 from __future__ import annotations
@@ -70,33 +72,177 @@ class _FoldCallback(DFPatternCallback):
         return post if folded is None else folded
 
 
+def conv_chain(expr) -> tuple | None:
+    """(conv2d, bias op or None) if ``expr`` is what FoldBatchNorm folds a BatchNorm into:
+    ``nn.conv2d``, ``nn.bias_add(conv2d, b)``, or ``add`` of a conv2d and ``b`` (either order)."""
+    if _is_call(expr, "nn.conv2d"):
+        return expr, None
+    if _is_call(expr, "nn.bias_add") and _is_call(expr.args[0], "nn.conv2d"):
+        return expr.args[0], expr
+    if _is_call(expr, "add"):
+        conv = next((a for a in expr.args if _is_call(a, "nn.conv2d")), None)
+        return None if conv is None else (conv, expr)
+    return None
+
+
+def _is_call(expr, name):
+    return isinstance(expr, relay.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == name
+
+
+def fold_refusal(bn: relay.Call, counts) -> str | None:
+    """Why FoldBatchNorm leaves the chain ending in ``bn`` unchanged, in one sentence, or None
+    if it folds it. ``bn``: a type-checked ``nn.batch_norm`` whose input is a :func:`conv_chain`;
+    ``counts``: the use counts of its function (``ir_utils.use_counts``). The pass refuses on
+    this and ``tvm-fuse explain`` prints it, so the two cannot disagree."""
+    conv, bias_op = conv_chain(bn.args[0])
+    return (
+        _consumers_refusal(counts, conv, bias_op, bn)
+        or _layout_refusal(conv, bn)
+        or _dtype_refusal(conv)
+        or _weight_refusal(conv)
+        or _bias_refusal(bias_op, conv)
+        or _variance_refusal(bn, _folded_operands(_operands(bn, conv, bias_op), bn))
+    )
+
+
 def _fold(bn, counts, new):
     """The folded ``bias_add(conv2d(data, W'), B')`` for the chain ending in ``bn``, or None.
 
     ``new`` holds the rewritten (``post``) data, weight, bias and BN operands by name."""
-    conv, bias_op = _split(bn.args[0])
+    if fold_refusal(bn, counts) is not None:
+        return None
+    conv = conv_chain(bn.args[0])[0]
+    axis, channels, out_axis = _channel_axis(conv), _channels(conv), _weight_out_axis(conv)
+    operands = _folded_operands(new, bn)
+    fold = _fold_constants if _all_constant(operands) else _fold_symbolic
+    new_w, new_b = fold(operands, bn.attrs.epsilon, out_axis, channels)
+    new_conv = relay.Call(conv.op, [new["data"], new_w], conv.attrs)
+    return relay.nn.bias_add(new_conv, new_b, axis=axis)
+
+
+def _operands(bn, conv, bias_op):
+    """The chain's weight, bias and BN operands by name, as in the callback's ``new``."""
+    bias = None if bias_op is None else _bias_operands(bias_op, conv)[0]
+    return {"weight": conv.args[1], "bias": bias, **dict(zip(_STATS, bn.args[1:]))}
+
+
+def _folded_operands(operands, bn):
+    """The weight, bias and the BN operands the BN uses (gamma and beta only if it scales and
+    centers); the others None."""
+    used = {"gamma": bn.attrs.scale, "beta": bn.attrs.center, "mean": True, "var": True}
+    folded = {name: operands[name] if use else None for name, use in used.items()}
+    return {**folded, "weight": operands["weight"], "bias": operands["bias"]}
+
+
+# -- the refusals, one sentence each -----------------------------------------------------------
+def _consumers_refusal(counts, conv, bias_op, bn):
     # TVM's PatternGrouper already drops matches whose inner nodes are used outside; this keeps
     # the rule (pytorch#104593) explicit and independent of that.
-    if any(counts[node] != 1 for node in (conv, bias_op, bn) if node is not None):
+    steps = [("conv2d", conv)] + ([] if bias_op is None else [(bias_op.op.name, bias_op)])
+    for name, node in steps:
+        if counts[node] != 1:
+            return (
+                f"several consumers: the {name} output feeds {counts[node]} ops, so folding the "
+                "BatchNorm into the conv would change what the others read"
+            )
+    if counts[bn] != 1:
+        return (
+            f"its output tuple has {counts[bn]} readers, not output 0 alone (e.g. its "
+            "mean/variance outputs are used, as in training mode): the fold keeps output 0 only"
+        )
+    return None
+
+
+def _layout_refusal(conv, bn):
+    """Packed layouts, or a BN that does not normalize along the conv's output channels."""
+    attrs = conv.attrs
+    out_layout = attrs.out_layout or attrs.data_layout
+    layouts = (attrs.data_layout, attrs.kernel_layout, out_layout)
+    if not all(len(lay) == 4 and lay.isalpha() and lay.isupper() for lay in layouts):
+        return f"layouts {'/'.join(layouts)} (data/kernel/output): only plain 4-D layouts fold"
+    if "O" not in attrs.kernel_layout:
+        return f"kernel layout {attrs.kernel_layout} has no 'O' (output channel) axis"
+    axis = _channel_axis(conv)
+    if bn.attrs.axis % 4 != axis:
+        return (
+            f"its axis {bn.attrs.axis} is not the conv's output channel axis {axis} ({out_layout})"
+        )
+    return None
+
+
+def _dtype_refusal(conv):
+    data, weight = (arg.checked_type.dtype for arg in conv.args)
+    out_dtype = conv.attrs.out_dtype or data
+    if data in _FLOATS and data == weight == out_dtype:
         return None
-    axis = _channel_axis(conv, bn)
-    if axis is None or not _same_float_dtype(conv):
+    return (
+        f"dtypes {data} data, {weight} weight, {out_dtype} output: only a conv of one float "
+        "type throughout folds"
+    )
+
+
+def _weight_refusal(conv):
+    """The weight's 'O' axis must hold the output channels; a depthwise HWOI weight with a
+    channel multiplier holds the input channels there."""
+    size = int(conv.args[1].checked_type.shape[_weight_out_axis(conv)])
+    if size == _channels(conv):
         return None
-    channels = int(conv.checked_type.shape[axis])
-    out_axis = conv.attrs.kernel_layout.index("O")
-    if int(conv.args[1].checked_type.shape[out_axis]) != channels:
+    return (
+        f"the weight's 'O' axis ({conv.attrs.kernel_layout}) holds {size}, not the "
+        f"{_channels(conv)} output channels (e.g. a depthwise conv with a channel multiplier)"
+    )
+
+
+def _bias_refusal(bias_op, conv):
+    """Unless the bias step adds one value per output channel (or one for all)."""
+    if bias_op is None:
         return None
-    if bias_op is not None and not _bias_is_per_channel(bias_op, conv, axis, channels):
+    axis, channels = _channel_axis(conv), _channels(conv)
+    if bias_op.op.name == "nn.bias_add":
+        if bias_op.attrs.axis % 4 == axis:
+            return None
+        return (
+            f"its bias_add's axis {bias_op.attrs.axis} is not the conv's output channel axis {axis}"
+        )
+    other = _bias_operands(bias_op, conv)
+    if len(other) != 1:
+        return "its add adds the conv2d output to itself, not a per-channel bias"
+    shape = tuple(int(d) for d in other[0].checked_type.shape)
+    padded = (1,) * (4 - len(shape)) + shape
+    others_one = all(d == 1 for i, d in enumerate(padded) if i != axis)
+    if len(shape) <= 4 and others_one and padded[axis] in (1, channels):
         return None
-    used = {"gamma": bn.attrs.scale, "beta": bn.attrs.center, "mean": True, "var": True}
-    operands = {name: new[name] if use else None for name, use in used.items()}
-    operands.update(weight=new["weight"], bias=new["bias"])
-    fold = _fold_constants if _all_constant(operands) else _fold_symbolic
-    folded = fold(operands, bn.attrs.epsilon, out_axis, channels)
-    if folded is None:
+    return f"its add's operand of shape {list(shape)} is not one value per output channel"
+
+
+def _variance_refusal(bn, operands):
+    """Constant statistics with var + eps <= 0 (the symbolic path cannot see the values)."""
+    if not _all_constant(operands):
         return None
-    new_conv = relay.Call(conv.op, [new["data"], folded[0]], conv.attrs)
-    return relay.nn.bias_add(new_conv, folded[1], axis=axis)
+    if np.all(operands["var"].data.numpy() + bn.attrs.epsilon > 0):
+        return None
+    return "var + epsilon <= 0 in some channel: the BatchNorm divides by zero or takes sqrt < 0"
+
+
+def _bias_operands(bias_op, conv):
+    """The bias step's operands other than the conv."""
+    if bias_op.op.name == "nn.bias_add":
+        return [bias_op.args[1]]
+    return [a for a in bias_op.args if not a.same_as(conv)]
+
+
+def _channel_axis(conv):
+    """The conv's output channel axis (plain layouts: see :func:`_layout_refusal`)."""
+    out_layout = conv.attrs.out_layout or conv.attrs.data_layout
+    return out_layout.index("C")
+
+
+def _channels(conv):
+    return int(conv.checked_type.shape[_channel_axis(conv)])
+
+
+def _weight_out_axis(conv):
+    return conv.attrs.kernel_layout.index("O")
 
 
 def _all_constant(operands):
@@ -104,10 +250,9 @@ def _all_constant(operands):
 
 
 def _fold_constants(operands, eps, out_axis, channels):
-    """(W', B') as new constants, computed now by ``bn_fold.fold_bn``; None if var + eps <= 0."""
+    """(W', B') as new constants, computed now by ``bn_fold.fold_bn`` (var + eps > 0 checked
+    by :func:`fold_refusal`)."""
     values = {name: None if e is None else e.data.numpy() for name, e in operands.items()}
-    if not np.all(values["var"] + eps > 0):
-        return None
     if values["bias"] is not None:
         values["bias"] = np.broadcast_to(values["bias"].reshape(-1), (channels,))
     new_w, new_b = fold_bn(eps=eps, out_axis=out_axis, **values)
@@ -143,43 +288,6 @@ def _narrow(expr, dtype):
     if dtype == "float16":
         expr = relay.cast(expr, "float32")
     return relay.cast(expr, dtype)
-
-
-def _split(expr):
-    """(conv, bias op or None) of the BN's input."""
-    if expr.op.name == "nn.conv2d":
-        return expr, None
-    conv = next(a for a in expr.args if isinstance(a, relay.Call) and a.op.name == "nn.conv2d")
-    return conv, expr
-
-
-def _channel_axis(conv, bn):
-    """The conv's output channel axis if BN normalizes along it and the layouts are plain."""
-    out_layout = conv.attrs.out_layout or conv.attrs.data_layout
-    layouts = (out_layout, conv.attrs.data_layout, conv.attrs.kernel_layout)
-    if not all(len(lay) == 4 and lay.isalpha() and lay.isupper() for lay in layouts):
-        return None
-    axis = out_layout.index("C")
-    return axis if bn.attrs.axis % 4 == axis and "O" in conv.attrs.kernel_layout else None
-
-
-def _same_float_dtype(conv):
-    data, weight = (arg.checked_type.dtype for arg in conv.args)
-    out_dtype = conv.attrs.out_dtype or data
-    return data in _FLOATS and data == weight == out_dtype
-
-
-def _bias_is_per_channel(bias_op, conv, axis, channels):
-    """Whether the bias step adds one value per output channel (or one for all)."""
-    if bias_op.op.name == "nn.bias_add":
-        return bias_op.attrs.axis % 4 == axis
-    other = [a for a in bias_op.args if not a.same_as(conv)]
-    if len(other) != 1:
-        return False
-    shape = tuple(int(d) for d in other[0].checked_type.shape)
-    padded = (1,) * (4 - len(shape)) + shape
-    others_one = all(d == 1 for i, d in enumerate(padded) if i != axis)
-    return len(shape) <= 4 and others_one and padded[axis] in (1, channels)
 
 
 def FoldBatchNorm() -> tvm.transform.Pass:  # pylint: disable=invalid-name  (TVM pass factory)
