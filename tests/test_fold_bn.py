@@ -1,4 +1,5 @@
-"""Tests of tvm_fuse.bn_fold.fold_bn (NumPy) and the FoldBatchNorm pass (structure and numerics)."""
+"""Tests of tvm_fuse.bn_fold.fold_bn (NumPy) and the FoldBatchNorm pass (structure, refusal reasons
+as explain prints them, numerics)."""
 
 import collections
 
@@ -9,10 +10,11 @@ import tvm.topi.testing
 from tvm import relay
 from tvm.contrib import graph_executor
 
+from tvm_fuse import explain
 from tvm_fuse.bn_fold import fold_bn
 from tvm_fuse.ir_utils import count_ops, use_counts
 from tvm_fuse.passes import fold_bn as fold_bn_pass
-from tvm_fuse.passes.fold_bn import FoldBatchNorm
+from tvm_fuse.passes.fold_bn import FoldBatchNorm, fold_refusal
 
 C = 8  # channels in and out
 BN_NAMES = ("gamma", "beta", "mean", "var")
@@ -279,6 +281,24 @@ def _with(**changes):
     return make
 
 
+def _depthwise_multiplier_hwoi(case):
+    """HWOI depthwise weights [3, 3, Ci, M]: 'O' holds Ci, not the Ci*M outputs."""
+    x = relay.var("x", shape=(1, 10, 10, 4))
+    w = np.random.default_rng(3).standard_normal((3, 3, 4, 2)).astype("float32")
+    layouts = {"data_layout": "NHWC", "kernel_layout": "HWOI"}
+    conv = relay.nn.conv2d(x, _const(w), padding=1, groups=4, channels=C, kernel_size=3, **layouts)
+    return relay.nn.batch_norm(conv, *[_const(case["p"][n]) for n in BN_NAMES], axis=3)[0]
+
+
+def _packed_nchw4c(case):
+    x = relay.var("x", shape=(1, C // 4, 10, 10, 4))
+    w = np.random.default_rng(3).standard_normal((C // 4, C // 4, 3, 3, 4, 4)).astype("float32")
+    layouts = {"data_layout": "NCHW4c", "kernel_layout": "OIHW4i4o"}
+    conv = relay.nn.conv2d(x, _const(w), padding=(1, 1), **layouts)
+    stats = [_const(case["p"][n][: C // 4]) for n in BN_NAMES]
+    return relay.nn.batch_norm(conv, *stats, axis=1)[0]
+
+
 INT_PARAMS = {n: np.ones(C, "int32") for n in BN_NAMES}
 
 
@@ -298,6 +318,42 @@ UNCHANGED_CASES = {
         {"dtype": "float16"},
         _with(conv__out_dtype="float32", p=_bn_params(np.random.default_rng(1))),
     ),
+    "depthwise_multiplier_hwoi": ({}, _depthwise_multiplier_hwoi),
+    "packed_nchw4c": ({}, _packed_nchw4c),
+}
+
+_CONSUMERS = (
+    "output feeds 2 ops, so folding the BatchNorm into the conv would change what the others read"
+)
+_ADD_SHAPE = "its add's operand of shape {} is not one value per output channel"
+_DTYPES = "dtypes {} data, {} weight, {} output: only a conv of one float type throughout folds"
+
+#: The sentence each refusal of UNCHANGED_CASES gives (``fold_refusal``, printed by explain).
+REFUSALS = {
+    "conv_second_consumer": f"several consumers: the conv2d {_CONSUMERS}",
+    "bias_second_consumer": f"several consumers: the nn.bias_add {_CONSUMERS}",
+    "add_second_consumer": f"several consumers: the add {_CONSUMERS}",
+    "bn_mean_used": (
+        "its output tuple has 2 readers, not output 0 alone (e.g. its mean/variance outputs are "
+        "used, as in training mode): the fold keeps output 0 only"
+    ),
+    "constant_var_plus_eps_zero": (
+        "var + epsilon <= 0 in some channel: the BatchNorm divides by zero or takes sqrt < 0"
+    ),
+    "add_spatial_var": _ADD_SHAPE.format([1, 1, 10, 10]),
+    "bias_add_on_h": "its bias_add's axis 2 is not the conv's output channel axis 1",
+    "add_spatial": _ADD_SHAPE.format([1, 1, 10, 10]),
+    "add_nchw_vector_along_w": _ADD_SHAPE.format([10]),
+    "bn_axis_not_channels": "its axis 2 is not the conv's output channel axis 1 (NCHW)",
+    "int8": _DTYPES.format("int8", "int8", "int32"),
+    "float16_out_float32": _DTYPES.format("float16", "float16", "float32"),
+    "depthwise_multiplier_hwoi": (
+        "the weight's 'O' axis (HWOI) holds 4, not the 8 output channels (e.g. a depthwise conv "
+        "with a channel multiplier)"
+    ),
+    "packed_nchw4c": (
+        "layouts NCHW4c/OIHW4i4o/NCHW4c (data/kernel/output): only plain 4-D layouts fold"
+    ),
 }
 
 
@@ -316,15 +372,42 @@ def test_structure_unchanged(rng, name):
     assert count_ops(after)["nn.batch_norm"] == 1
 
 
-def test_depthwise_with_channel_multiplier_in_hwoi_unchanged(rng):
-    """HWOI depthwise weights [3, 3, Ci, M]: 'O' holds Ci, not the Ci*M outputs — refused."""
-    x = relay.var("x", shape=(1, 10, 10, 4))
-    w = relay.const(rng.standard_normal((3, 3, 4, 2)).astype("float32"))
-    layouts = {"data_layout": "NHWC", "kernel_layout": "HWOI"}
-    conv = relay.nn.conv2d(x, w, padding=(1, 1), groups=4, channels=C, kernel_size=3, **layouts)
-    params = [relay.const(v) for v in _bn_params(rng).values()]
-    before = _module(relay.nn.batch_norm(conv, *params, axis=3)[0])
-    tvm.ir.assert_structural_equal(FoldBatchNorm()(before), before)
+# ---------------------------------------------------------------------------- refusal reasons
+
+
+def _batch_norm(mod):
+    """The one ``nn.batch_norm`` call of ``mod``'s main function."""
+    found = []
+    bn_op = relay.op.get("nn.batch_norm")
+    relay.analysis.post_order_visit(
+        mod["main"], lambda e: found.append(e) if isinstance(e, relay.Call) and e.op == bn_op else 0
+    )
+    (bn,) = found
+    return bn
+
+
+@pytest.mark.parametrize("name", UNCHANGED_CASES)
+def test_each_refusal_is_the_reason_explain_prints(rng, name):
+    """FoldBatchNorm refuses with its sentence, and ``tvm-fuse explain`` prints exactly that for
+    the BatchNorm left (input shape as built)."""
+    _, before = _build(UNCHANGED_CASES[name], rng)
+    bn = _batch_norm(before)
+    assert fold_refusal(bn, use_counts(before["main"])) == REFUSALS[name]
+    shape = tuple(int(d) for d in bn.args[0].checked_type.shape)
+    expected = explain.Leftover("nn.batch_norm", shape, REFUSALS[name])
+    assert explain.batch_norm_leftovers(explain.fold_input(before)) == [expected]
+    if name == "packed_nchw4c":
+        return  # the whole pipeline (explain runs it) does not take packed layouts
+    report = explain.explain(before, memory=False)
+    assert [item for item in report.leftovers if item.op == "nn.batch_norm"] == [expected]
+    assert str(expected) in str(report)
+
+
+@pytest.mark.parametrize("name", FOLDED_CASES)
+def test_a_foldable_chain_has_no_refusal(rng, name):
+    before = _module(_before(_case(rng, **FOLDED_CASES[name]))[0])
+    assert fold_refusal(_batch_norm(before), use_counts(before["main"])) is None
+    assert explain.batch_norm_leftovers(explain.fold_input(before)) == []
 
 
 # ---------------------------------------------------------------------------- numeric tests

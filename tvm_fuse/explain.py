@@ -6,10 +6,11 @@ whether the fast x86 kernel or the generic fallback will implement it, from the 
 ``nn.batch_norm`` calls left unfused with the reason, the other ops (compiled by stock TVM), and
 the memory plan's summary (``tvm_fuse.memory.plan``) for the stock graph and for tvm_fuse's.
 
-A conv's reason is the fusion pass's own (``passes.fuse.conv_refusal``: unsupported groups,
-dtype or layout, dynamic shapes); a BatchNorm's is worked out here from the optimized module
-(:func:`batch_norm_reason`: several consumers, var + epsilon <= 0, ...). Read-only: it never
-changes the module.
+Each reason is the pass's own: a conv's is the fusion pass's (``passes.fuse.conv_refusal``:
+unsupported groups, dtype or layout, dynamic shapes), read from the optimized module; a
+BatchNorm's is FoldBatchNorm's (``passes.fold_bn.fold_refusal``: several consumers, var +
+epsilon <= 0, ...), read from the module as that pass sees it (:func:`fold_input`). Read-only:
+it never changes the module.
 """
 
 from __future__ import annotations
@@ -24,13 +25,13 @@ from . import exit_op
 from . import op as fused_op
 from .ir_utils import count_ops, relay_functions, use_counts
 from .memory import plan
-from .api import describe, optimize
+from .api import bind_params, describe, optimize
+from .passes.fold_bn import conv_chain, fold_refusal
 from .passes.fuse import conv_refusal
 from .spec import KernelSpec
 from .strategy import fast_path_refusal
 from .target import as_target
 
-_BIAS_OPS = ("nn.bias_add", "add")
 _EXPLAINED = ("nn.conv2d", "nn.batch_norm", *exit_op.LAYOUT_TRANSFORM_OPS, fused_op.OP_NAME)
 
 
@@ -74,40 +75,21 @@ def conv2d_reason(conv: relay.Call) -> str:
     return conv_refusal(conv) or "fusable: FuseConvBiasAct did not run on this module"
 
 
-def _conv_chain(expr):
-    """``[conv-like call, optional bias op]`` feeding ``expr``, or ``[]`` if no conv does."""
-    chain = [expr]
-    if _op_name(expr) in _BIAS_OPS:
-        chain.insert(0, expr.args[0])
-    is_conv = _op_name(chain[0]) == "nn.conv2d" or fused_op.is_fused_call(chain[0])
-    return chain if is_conv else []
-
-
-def batch_norm_reason(bn: relay.Call, uses, stats_used: bool = False) -> str:
-    """Why ``FoldBatchNorm`` did not fold this ``nn.batch_norm``. ``uses`` are the use counts
-    of the function it is in; ``stats_used``: its mean/variance outputs are read."""
-    chain = _conv_chain(bn.args[0])
-    if not chain:
+def batch_norm_reason(bn: relay.Call, uses) -> str | None:
+    """Why ``FoldBatchNorm`` leaves this (type-checked) ``nn.batch_norm``, or None if it folds
+    it: the pass's own reason (``passes.fold_bn.fold_refusal``). ``uses`` are the use counts of
+    the function it is in, before the pipeline (see :func:`fold_input`)."""
+    if conv_chain(bn.args[0]) is None:
         return f"its input is {_source(bn.args[0])}, not a conv2d: nothing to fold it into"
-    if stats_used:
-        return "its mean/variance outputs are used (a training-mode BatchNorm)"
-    shared = [(name, node) for name, node in zip(("conv2d", "bias"), chain) if uses[node] > 1]
-    if shared:
-        name, node = shared[0]
-        return (
-            f"several consumers: the {name} output feeds {uses[node]} ops, so folding the "
-            "BatchNorm into it would change what the others read"
-        )
-    var = bn.args[4]
-    if isinstance(var, relay.Constant) and (var.data.numpy() + bn.attrs.epsilon <= 0).any():
-        return "var + epsilon <= 0 in some channel: the BatchNorm divides by zero or takes sqrt < 0"
-    dtype = bn.args[0].checked_type.dtype
-    if dtype not in ("float16", "float32", "float64"):
-        return f"dtype {dtype}: only float BatchNorms are folded"
-    return "not folded by FoldBatchNorm (its axis is not the conv's output channels?)"
+    return fold_refusal(bn, uses)
 
 
-# -- reading the optimized module ------------------------------------------------------------
+def fold_input(mod, params=None) -> tvm.IRModule:
+    """``mod`` as the pipeline's FoldBatchNorm sees it: ``params`` bound, types inferred."""
+    return relay.transform.InferType()(bind_params(mod, params))
+
+
+# -- reading the modules ----------------------------------------------------------------------
 def _calls(func) -> list[relay.Call]:
     calls = []
     relay.analysis.post_order_visit(
@@ -116,31 +98,30 @@ def _calls(func) -> list[relay.Call]:
     return calls
 
 
-def _stats_read(func) -> set:
-    """The ``nn.batch_norm`` calls of ``func`` whose mean or variance output is read."""
-    read = set()
-
-    def visit(node):
-        if isinstance(node, relay.TupleGetItem) and node.index > 0:
-            read.add(node.tuple_value)
-
-    relay.analysis.post_order_visit(func, visit)
-    return read
-
-
-def leftovers(mod: tvm.IRModule) -> list[Leftover]:
-    """Every ``nn.conv2d`` and ``nn.batch_norm`` of an optimized module, with the reason."""
+def leftovers(mod: tvm.IRModule, optimized: tvm.IRModule) -> list[Leftover]:
+    """Every ``nn.conv2d`` left in ``optimized`` and every ``nn.batch_norm`` FoldBatchNorm
+    leaves in ``mod`` (a :func:`fold_input`), with the reason."""
     found = []
-    for func in relay_functions(relay.transform.InferType()(mod)).values():
-        uses, stats = use_counts(func), _stats_read(func)
-        for call in _calls(func):
-            name = _op_name(call)
-            if name == "nn.conv2d":
-                found.append(Leftover(name, tuple(_shape(call.args[0])), conv2d_reason(call)))
-            elif name == "nn.batch_norm":
-                reason = batch_norm_reason(call, uses, call in stats)
-                found.append(Leftover(name, tuple(_shape(call.args[0])), reason))
+    for func in relay_functions(relay.transform.InferType()(optimized)).values():
+        convs = [call for call in _calls(func) if _op_name(call) == "nn.conv2d"]
+        found += [_leftover(conv, conv2d_reason(conv)) for conv in convs]
+    return found + batch_norm_leftovers(mod)
+
+
+def batch_norm_leftovers(mod: tvm.IRModule) -> list[Leftover]:
+    """Every ``nn.batch_norm`` FoldBatchNorm leaves in ``mod`` (a :func:`fold_input`: the
+    module as the pass sees it; shapes in its layout), with the pass's reason."""
+    found = []
+    for func in relay_functions(mod).values():
+        uses = use_counts(func)
+        bns = [call for call in _calls(func) if _op_name(call) == "nn.batch_norm"]
+        reasons = [(bn, batch_norm_reason(bn, uses)) for bn in bns]
+        found += [_leftover(bn, reason) for bn, reason in reasons if reason is not None]
     return found
+
+
+def _leftover(call: relay.Call, reason: str) -> Leftover:
+    return Leftover(call.op.name, tuple(_shape(call.args[0])), reason)
 
 
 def layout_transforms(mod: tvm.IRModule) -> list[str]:
@@ -226,14 +207,15 @@ def explain(
     """Optimize ``mod`` with ``params`` (and ``tvm_fuse.optimize``'s ``algorithm`` and
     ``precision``) and explain the result for ``target`` (default host)."""
     target = as_target(target)
-    optimized = optimize(mod, params, target, algorithm, precision)
+    bound = fold_input(mod, params)
+    optimized = optimize(bound, None, target, algorithm, precision)
     kernels = describe(optimized)
     return Explanation(
         target=target,
         kernels=kernels,
         paths=[kernel_path(spec, target) for spec in kernels],
         transforms=layout_transforms(optimized),
-        leftovers=leftovers(optimized),
+        leftovers=leftovers(bound, optimized),
         others=other_ops(optimized),
         memory=memory_summary(mod, params, optimized) if memory else "not computed",
     )

@@ -154,14 +154,13 @@ def _consumers_refusal(counts, conv, bias_op, bn):
 
 
 def _layout_refusal(conv, bn):
-    """Packed layouts, or a BN that does not normalize along the conv's output channels."""
+    """Packed layouts, or a BN that does not normalize along the conv's output channels. (A
+    type-checked conv2d's kernel layout always has an 'O' axis.)"""
     attrs = conv.attrs
     out_layout = attrs.out_layout or attrs.data_layout
     layouts = (attrs.data_layout, attrs.kernel_layout, out_layout)
     if not all(len(lay) == 4 and lay.isalpha() and lay.isupper() for lay in layouts):
         return f"layouts {'/'.join(layouts)} (data/kernel/output): only plain 4-D layouts fold"
-    if "O" not in attrs.kernel_layout:
-        return f"kernel layout {attrs.kernel_layout} has no 'O' (output channel) axis"
     axis = _channel_axis(conv)
     if bn.attrs.axis % 4 != axis:
         return (
