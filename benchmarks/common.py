@@ -192,7 +192,7 @@ def time_interleaved(runners: dict[str, Runner], cfg: TimingConfig) -> dict[str,
     Round-robin rather than one implementation after the other, so that a change in the
     machine's background load hits every implementation alike.
     """
-    print(f"  timing {', '.join(runners)}: {cfg.repeat} rounds", flush=True)
+    print(f"  timing {', '.join(map(str, runners))}: {cfg.repeat} rounds", flush=True)
     numbers = {name: calibrate(runner, cfg) for name, runner in runners.items()}
     runs = {name: [] for name in runners}
     for _ in range(cfg.repeat):

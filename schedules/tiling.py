@@ -137,17 +137,23 @@ def tile_score(machine: Machine, owb: int, ocb: int, wo: int, weight_cost: float
 
 
 def register_tiles(
-    machine: Machine, wo: int, co_vectors: int, spills=lambda ocb: 0, allowed=lambda ocb: True
+    machine: Machine,
+    wo: int,
+    co_vectors: int,
+    spills=lambda ocb: 0,
+    allowed=lambda ocb: True,
+    held=min,
 ) -> list[tuple[int, int]]:
-    """Every (owb, ocb) whose accumulators, the operands it holds (``min(owb, ocb)``) and one
-    streamed operand fit the registers with at most ``spills(ocb)`` registers spilled, for the
+    """Every (owb, ocb) whose accumulators, the operands it holds (``held(owb, ocb)``: the
+    smaller set, for a schedule that can loop either way, ``vec_outer``) and one streamed
+    operand fit the registers with at most ``spills(ocb)`` registers spilled, for the
     ``allowed(ocb)`` vector counts."""
     return [
         (owb, ocb)
         for ocb in range(1, MAX_OCB + 1)
         if co_vectors % ocb == 0 and allowed(ocb)
         for owb in range(1, min(wo, MAX_OWB) + 1)
-        if owb * ocb + min(owb, ocb) + 1 <= machine.vregs + spills(ocb)
+        if owb * ocb + held(owb, ocb) + 1 <= machine.vregs + spills(ocb)
     ]
 
 
@@ -157,12 +163,14 @@ def best_tile(
     co_vectors: int,
     streams=lambda ocb: False,
     allowed=lambda ocb: True,
+    held=min,
 ) -> tuple[float, int, int]:
     """(score, owb, ocb) of the best register tile along a pixel axis of length ``pixels``.
 
     ``streams(ocb)``: whether a tile of ``ocb`` vectors streams its weights from L2 (the L2
     weight model); such a tile pays ``L2_WEIGHT_LOAD_COST`` per weight load and may spill one
-    register. ``allowed(ocb)``: the vector counts to consider."""
+    register. ``allowed(ocb)``: the vector counts to consider; ``held``: as for
+    :func:`register_tiles`."""
 
     def score(owb, ocb):
         return tile_score(machine, owb, ocb, pixels, L2_WEIGHT_LOAD_COST if streams(ocb) else 1)
@@ -170,7 +178,7 @@ def best_tile(
     def spills(ocb):
         return int(streams(ocb))
 
-    tiles = register_tiles(machine, pixels, co_vectors, spills, allowed)
+    tiles = register_tiles(machine, pixels, co_vectors, spills, allowed, held)
     return max((score(owb, ocb), owb, ocb) for owb, ocb in tiles)
 
 

@@ -17,6 +17,7 @@ This module is plain Python: it knows nothing of TE.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from . import tiling
@@ -40,14 +41,21 @@ class Plan:
     v_root: int  # transform the whole input up front (1) or inside each block (0)
 
 
+def _held(_tile_p, tile_co) -> int:
+    """The GEMM keeps its ``tile_co`` weight vectors in registers and streams the inputs (its
+    loop order is fixed: no ``vec_outer`` as in the direct kernel)."""
+    return tile_co
+
+
 def choose_plan(lanes: int, nh: int, nw: int, co_vectors: int, cores: int = DEFAULT_CORES) -> Plan:
     """The model's plan for an ``nh x nw`` grid of tiles and ``co_vectors`` Co vectors."""
     machine = tiling.machine_for(lanes)
     wanted = BLOCKS_PER_CORE * cores
+    best_tile = functools.partial(tiling.best_tile, held=_held)
     if nh >= wanted:
-        _, tile_p, tile_co = tiling.best_tile(machine, nw, co_vectors)
+        _, tile_p, tile_co = best_tile(machine, nw, co_vectors)
         return Plan(tile_p, tile_co, block_rows=1, co_chunks=1, v_root=0)
-    _, tile_p, tile_co = tiling.best_tile(machine, nh * nw, co_vectors)
+    _, tile_p, tile_co = best_tile(machine, nh * nw, co_vectors)
     chunks = [d for d in range(1, co_vectors // tile_co + 1) if co_vectors % (d * tile_co) == 0]
     co_chunks = min((d for d in chunks if d >= wanted), default=chunks[-1])
     return Plan(tile_p, tile_co, block_rows=nh, co_chunks=co_chunks, v_root=int(co_chunks > 1))

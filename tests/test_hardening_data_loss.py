@@ -69,12 +69,12 @@ def test_output_through_a_symlink_to_the_model_is_refused(model, tmp_path, capsy
     assert open(model, "rb").read() == before and link.is_symlink()
 
 
-def test_default_output_of_a_tar_model_is_the_model(tmp_path, capsys, monkeypatch):
+def test_default_output_of_a_model_named_like_it_is_the_model(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    onnx_example.residual_block(tmp_path / "m.tar")  # an ONNX model, oddly named
-    before = (tmp_path / "m.tar").read_bytes()
-    _one_error_line(capsys, cli.main(["compile", "m.tar"]), "is the model")
-    assert (tmp_path / "m.tar").read_bytes() == before
+    onnx_example.residual_block(tmp_path / "module.tar")  # an ONNX model, oddly named
+    before = (tmp_path / "module.tar").read_bytes()
+    _one_error_line(capsys, cli.main(["compile", "module.tar"]), "is the model")
+    assert (tmp_path / "module.tar").read_bytes() == before
 
 
 @pytest.mark.parametrize("content", [b"my notes\n", b""])

@@ -23,7 +23,7 @@ from tvm.driver.tvmc.target import target_from_cli
 import tvm_fuse
 from tvm_fuse import cli, onnx_example
 from tvm_fuse import tvmc as fuse_tvmc
-from tvm_fuse.testing import MODEL_RTOL, fused_workloads, relative_error
+from tvm_fuse.testing import MODEL_RTOL, TUNABLE_KERNELS, fused_workloads, relative_error
 from tvm_fuse.tuning import check_records
 from tvm_fuse.schedules import conv2d_nhwc_fused
 
@@ -165,7 +165,7 @@ def _applied_configs(monkeypatch) -> dict:
     class Spy(autotvm.task.ApplyHistoryBest):
         def _query_inside(self, target, workload):
             config = super()._query_inside(target, workload)
-            if workload[0] == conv2d_nhwc_fused.NAME and config is not None:
+            if workload[0] in TUNABLE_KERNELS and config is not None:
                 applied[workload] = config.index
             return config
 
@@ -192,7 +192,11 @@ def test_tuning_records_pass_through_to_the_fused_kernels(work, monkeypatch):
 # -- tvmc tune with the composite target -------------------------------------------------------------
 def _fused_task_indices(listing: str) -> list[str]:
     """The indices of the fused-kernel tasks in ``tvmc tune --tasks list``'s table."""
-    rows = [line.split(".", 1) for line in listing.splitlines() if conv2d_nhwc_fused.NAME in line]
+    rows = [
+        line.split(".", 1)
+        for line in listing.splitlines()
+        if any(name in line for name in TUNABLE_KERNELS)
+    ]
     return [index.strip() for index, _ in rows]
 
 
@@ -208,7 +212,7 @@ def test_tvmc_tune_tunes_the_fused_kernels_and_compile_applies_the_records(
     assert not fuse_tvmc.main(tune + measure + [work["model"]])
 
     records = list(autotvm.record.load_from_file(log))
-    assert {inp.task.name for inp, _ in records} == {conv2d_nhwc_fused.NAME}
+    assert {inp.task.name for inp, _ in records} <= set(TUNABLE_KERNELS)
     model = frontends.load_model(work["model"])
     assert {inp.task.workload for inp, _ in records} == set(
         fused_workloads(model.mod, model.params, target=TARGET)

@@ -23,6 +23,7 @@ import argparse
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from .bench import RESULTS
 from .cli_options import add_algorithm_options, add_model_options, add_verbosity, apply_verbosity

@@ -32,8 +32,12 @@ def host_target() -> tvm.target.Target:
 
 
 def target_or_current(target=None) -> tvm.target.Target:
-    """``target`` checked (:func:`as_target`); None: the enclosing ``with target:`` scope's,
-    else the host's. What the graph half packs and chooses kernels for."""
+    """``target`` (a Target as it is, a string checked by :func:`as_target`); None: the
+    enclosing ``with target:`` scope's, else the host's. What the graph half packs and chooses
+    kernels for: a pass takes any target, and refuses nothing (the kernel half then falls back to
+    its generic kernel); the user-facing checks are :func:`as_target`'s."""
+    if isinstance(target, tvm.target.Target):
+        return target
     if target is not None:
         return as_target(target)
     return tvm.target.Target.current(allow_none=True) or host_target()

@@ -16,9 +16,12 @@ from .dispatch import build_context
 from .examples import random_inputs
 from .op import fused_call, is_fused_call, spec_of_call
 from .api import build
-from .schedules.conv2d_nhwc_fused import NAME as FAST_KERNEL
+from .schedules import conv2d_nhwc_fused, winograd
 from .spec import KernelSpec
 from .target import as_target
+
+#: The AutoTVM templates of the fused op's kernels.
+TUNABLE_KERNELS = (conv2d_nhwc_fused.NAME, winograd.NAME)
 
 #: Tolerance of a whole model against its reference: max |error| <= MODEL_RTOL * max |reference|
 #: (fp32 sums in another order, over many layers); a single kernel is held to ``assert_close``'s.
@@ -78,10 +81,11 @@ class WorkloadRecorder(autotvm.task.DispatchContext):
 
 
 def fused_workloads(mod, params=None, **build_options) -> list:
-    """The fast kernel's workloads ``tvm_fuse.build`` asks AutoTVM for, once each, in order."""
+    """The tunable kernels' workloads (direct and Winograd) ``tvm_fuse.build`` asks AutoTVM for,
+    once each, in order."""
     with WorkloadRecorder() as recorder:
         build(mod, params, **build_options)
-    return list(dict.fromkeys(w for w in recorder.workloads if w[0] == FAST_KERNEL))
+    return list(dict.fromkeys(w for w in recorder.workloads if w[0] in TUNABLE_KERNELS))
 
 
 def fused_conv_call(data, weight, bias=None, residual=None, **fields) -> relay.Call:
