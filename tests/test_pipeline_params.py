@@ -88,7 +88,7 @@ class Reference:
         """Build with each binding at ``opt_level``; both give the bind-first task descriptions,
         a fused kernel node per description with its bias/residual inputs and the weight it
         describes (packed for the fast kernel where it applies), the same kernels on the data's
-        path, and stock's output. Returns binding -> (lib, tvm_fuse warnings)."""
+        path (the same fused ones below opt_level 2), and stock's output. Returns binding -> (lib, tvm_fuse warnings)."""
         built = {}
         for binding in BINDINGS:
             optimized, lib, messages = pipeline_build(self.mod, self.params, binding, opt_level)
@@ -97,7 +97,12 @@ class Reference:
             assert sorted(fused_weight_shapes(lib)) == self.weights
             testing.assert_close(testing.run(lib, self.inputs), self.stock, RTOL)
             built[binding] = lib, messages
-        paths = [unnumbered(data_path_kernels(lib)) for lib, _ in built.values()]
+        # The fused kernels on the data's path agree; stock ops may differ below opt_level 2,
+        # where relay.build folds no constant (e.g. an unbound dense bias's expand_dims).
+        paths = [
+            [k for k in unnumbered(data_path_kernels(lib)) if FUSED in k or opt_level >= 2]
+            for lib, _ in built.values()
+        ]
         assert paths[0] == paths[1]
         return built
 
