@@ -1,10 +1,16 @@
 """Per-layer benchmark: conv + BN + ReLU, batch 1, fp32, ``common.THREADS`` threads.
 
 Each layer is an NCHW Relay graph ``conv2d -> batch_norm -> relu`` with seeded random weights
-and BN statistics, timed side by side in one run as: ``tvm_fuse.build``; stock ``relay.build``
-at opt_level 3 (NCHWc x86 schedules); stock TVM after ``ConvertLayout`` to NHWC; PyTorch jit
-(oneDNN) and ONNX Runtime on the equivalent ``Conv2d + BatchNorm2d + ReLU``. Every output is
-checked against stock TVM's; GFLOP/s and % of the measured FMA peak come with each time.
+and BN statistics, timed side by side in one run as: ``tvm_fuse.build`` (the row names the
+algorithm it chose); on 3x3 stride-1 layers also ``tvm_fuse.build(..., algorithm="direct")``;
+stock ``relay.build`` at opt_level 3 (NCHWc x86 schedules); stock TVM after ``ConvertLayout`` to
+NHWC; PyTorch jit (oneDNN) and ONNX Runtime on the equivalent ``Conv2d + BatchNorm2d + ReLU``.
+Every output is checked against stock TVM's and its error measured against a float64 NumPy
+reference; GFLOP/s and % of the measured FMA peak come with each time.
+
+The table holds ResNet's layers (stem, the 3x3 stages l1-l4, the strided seed and down
+convs), ResNet-50 bottleneck 1x1 convs (``r50_*``) and MobileNet-v2-style layers (``mb_*``:
+1x1 expansion and projection, a 3x3 depthwise conv, which tvm_fuse leaves to stock TVM).
 
     tvm-fuse bench layers [--layers l1,seed] [--quick] [--results DIR] [--json PATH] [--no-peers]
     python -m tvm_fuse.bench.bench_layers ...  (the same)
@@ -24,12 +30,13 @@ from tvm_fuse.bench import common, fma_peak, peers  # noqa: E402  (common first:
 import numpy as np  # noqa: E402
 import tvm  # noqa: E402
 from tvm import relay  # noqa: E402
+from tvm.topi.testing import conv2d_nchw_python  # noqa: E402
 
 import tvm_fuse  # noqa: E402
 
 BN_EPS = 1e-5
 PEERS = ("pytorch", "onnxruntime")
-IMPLS = ("tvm_fuse", "tvm_nchwc", "tvm_nhwc") + PEERS
+IMPLS = ("tvm_fuse", "tvm_fuse_direct", "tvm_nchwc", "tvm_nhwc") + PEERS
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,7 @@ class Layer:
     stride: int
     pad: int
     batch: int = 1
+    groups: int = 1
 
     @property
     def out_hw(self) -> int:
@@ -52,8 +60,13 @@ class Layer:
     @property
     def gflop(self) -> float:
         """Multiply-adds count twice; BN and ReLU are not counted."""
-        macs = self.batch * self.cout * self.out_hw**2 * self.cin * self.kernel**2
+        macs = self.batch * self.cout * self.out_hw**2 * self.cin // self.groups * self.kernel**2
         return 2 * macs / 1e9
+
+    @property
+    def winograd_applies(self) -> bool:
+        """3x3 stride 1 with groups=1: the convs tvm_fuse may compute with Winograd."""
+        return self.kernel == 3 and self.stride == 1 and self.groups == 1
 
     @property
     def data_shape(self) -> tuple[int, int, int, int]:
@@ -70,6 +83,13 @@ LAYERS = {
         Layer("l3", 256, 256, 14, 3, 1, 1),
         Layer("l4", 512, 512, 7, 3, 1, 1),
         Layer("down", 64, 128, 56, 1, 2, 0),
+        Layer("r50_reduce", 256, 64, 56, 1, 1, 0),
+        Layer("r50_expand", 64, 256, 56, 1, 1, 0),
+        Layer("r50_c4", 1024, 256, 14, 1, 1, 0),
+        Layer("mb_expand", 24, 144, 56, 1, 1, 0),
+        Layer("mb_dw", 144, 144, 56, 3, 1, 1, groups=144),
+        Layer("mb_project", 144, 24, 56, 1, 1, 0),
+        Layer("mb_last", 320, 1280, 7, 1, 1, 0),
     ]
 }
 #: A ``--quick`` run: a stride-1 3x3 and the strided seed layer, without the slowest build.
@@ -82,8 +102,8 @@ def layer_arrays(layer: Layer, seed: int = 0) -> dict[str, np.ndarray]:
     """Seeded input, conv weight (OIHW) and BN statistics of ``layer``."""
     rng = np.random.default_rng(seed)
     co = layer.cout
-    fan_in = layer.cin * layer.kernel**2
-    shape = (co, layer.cin, layer.kernel, layer.kernel)
+    fan_in = layer.cin // layer.groups * layer.kernel**2
+    shape = (co, layer.cin // layer.groups, layer.kernel, layer.kernel)
     arrays = {
         "data": rng.standard_normal(layer.data_shape),
         "weight": rng.standard_normal(shape) / np.sqrt(fan_in),
@@ -106,6 +126,7 @@ def relay_layer(layer: Layer, arrays: dict[str, np.ndarray]) -> tuple[tvm.IRModu
         padding=(layer.pad, layer.pad),
         channels=layer.cout,
         kernel_size=(layer.kernel, layer.kernel),
+        groups=layer.groups,
     )
     bn = relay.nn.batch_norm(conv, v["gamma"], v["beta"], v["mean"], v["var"], epsilon=BN_EPS)
     out = relay.nn.relu(bn[0])
@@ -118,7 +139,9 @@ def torch_layer(layer: Layer, arrays: dict[str, np.ndarray]):
     """``Conv2d(bias=False) + BatchNorm2d + ReLU`` holding the same weights, in eval mode."""
     import torch  # pylint: disable=import-outside-toplevel
 
-    conv = torch.nn.Conv2d(layer.cin, layer.cout, layer.kernel, layer.stride, layer.pad, bias=False)
+    conv = torch.nn.Conv2d(
+        layer.cin, layer.cout, layer.kernel, layer.stride, layer.pad, groups=layer.groups, bias=False
+    )
     bn = torch.nn.BatchNorm2d(layer.cout, eps=BN_EPS)
     with torch.no_grad():
         conv.weight.copy_(torch.from_numpy(arrays["weight"]))
@@ -129,20 +152,34 @@ def torch_layer(layer: Layer, arrays: dict[str, np.ndarray]):
     return torch.nn.Sequential(conv, bn, torch.nn.ReLU()).eval()
 
 
+def reference_f64(layer: Layer, arrays: dict[str, np.ndarray]) -> np.ndarray:
+    """conv -> BN -> ReLU of the float32 inputs, computed by NumPy in float64."""
+    a = {name: value.astype("float64") for name, value in arrays.items()}
+    conv = conv2d_nchw_python(a["data"], a["weight"], layer.stride, layer.pad, layer.groups)
+    scale = a["gamma"] / np.sqrt(a["var"] + BN_EPS)
+    shift = a["beta"] - a["mean"] * scale
+    return np.maximum(conv * scale[:, None, None] + shift[:, None, None], 0)
+
+
 # -- one layer, every implementation -------------------------------------------------------
 def bench_layer(layer: Layer, target, cfg: common.TimingConfig, impls=IMPLS) -> dict:
     """Time the implementations ``impls`` on ``layer``: name -> ``common.Result``."""
     arrays = layer_arrays(layer)
     mod, params = relay_layer(layer, arrays)
+    if not layer.winograd_applies:  # the direct kernel is what tvm_fuse runs anyway
+        impls = [name for name in impls if name != "tvm_fuse_direct"]
     preps = peers.implementations(
         mod, params, arrays["data"], target, lambda: torch_layer(layer, arrays), impls
     )
-    return common.run_case(preps, reference="tvm_nchwc", cfg=cfg)
+    exact = reference_f64(layer, arrays)
+    return common.run_case(preps, reference="tvm_nchwc", cfg=cfg, exact=exact)
 
 
-def layer_record(layer: Layer, results: dict[str, common.Result], peak: float) -> dict:
+def layer_record(layer: Layer, results: dict[str, common.Result], peak: float, target) -> dict:
     record = common.case_record(results, ("tvm_nchwc", "tvm_nhwc"), layer.gflop, peak)
-    return {"layer": asdict(layer), "gflop": layer.gflop, **record}
+    mod, params = relay_layer(layer, layer_arrays(layer))
+    algorithm = common.algorithms_chosen(mod, params, target)
+    return {"layer": asdict(layer), "gflop": layer.gflop, "algorithm": algorithm, **record}
 
 
 # -- report --------------------------------------------------------------------------------
@@ -153,20 +190,21 @@ def print_report(records: list[dict], peak: dict) -> None:
             status = common.status(res)
             rows.append(
                 [rec["layer"]["name"], name, res["ms"], res.get("gflops"), res.get("pct_peak")]
-                + [res["build_s"], status]
+                + [res.get("err_f64"), res["build_s"], status]
             )
     common.print_table(
-        ["layer", "impl", "ms", "GFLOP/s", "% peak", "build s", "check"],
+        ["layer", "impl", "ms", "GFLOP/s", "% peak", "err/f64", "build s", "check"],
         rows,
         title=f"\nconv+BN+ReLU, batch 1, fp32, {common.THREADS} threads; "
         f"peak {peak['gflops_all']:.1f} GFLOP/s",
     )
     summary = [
-        [rec["layer"]["name"], rec["gflop"], rec["best_peer"]] + list(rec["ratios"].values())
+        [rec["layer"]["name"], rec["gflop"], rec["algorithm"], rec["best_peer"]]
+        + list(rec["ratios"].values())
         for rec in records
     ]
     common.print_table(
-        ["layer", "GFLOP", "best peer", "fuse/best", "fuse/NCHWc", "fuse/NHWC", "build fuse/NCHWc"],
+        ["layer", "GFLOP", "tvm_fuse runs", "best peer", "fuse/best", "fuse/NCHWc", "fuse/NHWC", "build fuse/NCHWc"],
         summary,
         title="\nratios of tvm_fuse's time (< 1: tvm_fuse faster)",
     )
@@ -201,7 +239,7 @@ def run(
         results.append(bench_layer(layer, target, cfg, impls))
     peak = fma_peak.best_peak(before, fma_peak.fma_peak(target, quick=quick_peak))
     fma_peak.print_peak(peak)
-    records = [layer_record(l, r, peak["gflops_all"]) for l, r in zip(layers, results)]
+    records = [layer_record(l, r, peak["gflops_all"], target) for l, r in zip(layers, results)]
     print_report(records, peak)
     payload = {
         "machine": common.machine_info(),

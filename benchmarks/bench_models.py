@@ -5,7 +5,10 @@ on the input) with seeded random BN statistics and biases (``tvm_fuse.models.zoo
 that BN folding is really exercised. They
 run as ``tvm_fuse.build`` and stock ``relay.build`` at opt_level 3; PyTorch jit and ONNX Runtime
 run ``TorchResNet``, a PyTorch network that mirrors relay.testing's structure layer by layer
-and holds the very same weights, so all outputs are checked against stock TVM's.
+and holds the very same weights, so all outputs are checked against stock TVM's. Each output's
+error is measured against the same network computed in float64 (relay.testing's float64
+workload with the same parameters, built by stock TVM), and the report counts the algorithms
+tvm_fuse chose for the convs.
 
     tvm-fuse bench models [--models resnet-18,resnet-50] [--quick] [--results DIR] [--json PATH]
     python -m tvm_fuse.bench.bench_models ...  (the same)
@@ -27,6 +30,7 @@ from tvm_fuse.bench import common, peers  # noqa: E402  (common first: thread en
 import numpy as np  # noqa: E402
 import tvm  # noqa: E402
 from tvm.contrib.debugger import debug_executor  # noqa: E402
+from tvm.relay import testing  # noqa: E402
 import tvm_fuse  # noqa: E402
 from tvm_fuse import models  # noqa: E402
 
@@ -164,7 +168,17 @@ def fused_kernels(mod, params) -> dict:
         "count": len(specs),
         "by_ops": dict(collections.Counter(" + ".join(s.ops) for s in specs)),
         "by_epilogue": dict(collections.Counter(s.epilogue for s in specs)),
+        "by_algorithm": dict(collections.Counter(s.algorithm_name for s in specs)),
     }
+
+
+def reference_f64(num_layers: int, params: dict, data: np.ndarray, target) -> np.ndarray:
+    """The network on ``data`` in float64: relay.testing's float64 ResNet with ``params``,
+    built by stock TVM."""
+    mod64, _ = testing.resnet.get_workload(num_layers=num_layers, dtype="float64")
+    params64 = {name: value.numpy().astype("float64") for name, value in params.items()}
+    lib = common.build_stock(mod64, params64, target)
+    return common.TvmRunner(lib, {"data": data.astype("float64")}).output().astype("float64")
 
 
 def profile(mod, params, data, target, top: int) -> list[dict]:
@@ -198,7 +212,9 @@ def bench_model(name: str, target, cfg: common.TimingConfig, impls=IMPLS, top: i
     preps = peers.implementations(
         mod, params, data, target, lambda: torch_resnet(num_layers, params), impls
     )
-    results = common.run_case(preps, reference="tvm_nchwc", cfg=cfg)
+    print("  float64 reference: building ...", flush=True)
+    exact = reference_f64(num_layers, params, data, target)
+    results = common.run_case(preps, reference="tvm_nchwc", cfg=cfg, exact=exact)
     record = {"model": name, **common.case_record(results, ("tvm_nchwc", "onnxruntime"))}
     record["fused_kernels"] = _or_error("describe", lambda: fused_kernels(mod, params))
     if top:
@@ -222,9 +238,10 @@ def print_report(records: list[dict]) -> None:
     for rec in records:
         for name, res in rec["results"].items():
             status = common.status(res)
-            rows.append([rec["model"], name, res["ms"], res["min_ms"], res["build_s"], status])
+            row = [rec["model"], name, res["ms"], res["min_ms"], res.get("err_f64"), res["build_s"]]
+            rows.append(row + [status])
     common.print_table(
-        ["model", "impl", "median ms", "min ms", "compile s", "check"],
+        ["model", "impl", "median ms", "min ms", "err/f64", "compile s", "check"],
         rows,
         title=f"\nwhole models, batch 1, fp32, {common.THREADS} threads",
     )
@@ -232,14 +249,15 @@ def print_report(records: list[dict]) -> None:
     for rec in records:
         kernels = rec["fused_kernels"]
         epilogues = "; ".join(f"{n}x {e}" for e, n in kernels.get("by_epilogue", {}).items())
+        algorithms = ", ".join(f"{n} {a}" for a, n in kernels.get("by_algorithm", {}).items())
         summary.append(
             [rec["model"], rec["best_peer"]]
             + list(rec["ratios"].values())
-            + [kernels.get("count", "ERROR"), epilogues]
+            + [kernels.get("count", "ERROR"), algorithms, epilogues]
         )
     common.print_table(
         ["model", "best peer", "fuse/best", "fuse/NCHWc", "fuse/ORT", "compile fuse/NCHWc"]
-        + ["fused", "epilogues"],
+        + ["fused", "algorithms", "epilogues"],
         summary,
         title="\nratios of tvm_fuse's time (< 1: tvm_fuse faster); fused kernels",
     )

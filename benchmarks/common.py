@@ -9,6 +9,7 @@ is timed alike, TVM's through ``time_evaluator``: warm-up runs, then ``repeat`` 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import logging
@@ -94,9 +95,25 @@ def build_stock_nhwc(mod, params, target):
         return relay.build(mod, target=target)
 
 
+def build_fuse_direct(mod, params, target):
+    """``tvm_fuse.build`` with Winograd off: the direct kernel on every conv it fuses."""
+    return tvm_fuse.build(mod, params=params, target=target, algorithm="direct")
+
+
+def algorithms_chosen(mod, params, target) -> str:
+    """What ``tvm_fuse.build`` runs for the convs of ``mod``, counted: e.g. "2 direct,
+    1 winograd F(4x4)"; "none fused" when no conv becomes a fused kernel."""
+    specs = tvm_fuse.describe(tvm_fuse.optimize(mod, params, target))
+    names = collections.Counter(s.algorithm_name for s in specs)
+    if len(specs) == 1:
+        return next(iter(names))
+    return ", ".join(f"{n} {name}" for name, n in sorted(names.items())) or "none fused"
+
+
 #: name -> builder(mod, params, target) of the TVM implementations.
 TVM_BUILDERS = {
     "tvm_fuse": build_fuse,
+    "tvm_fuse_direct": build_fuse_direct,
     "tvm_nchwc": build_stock,
     "tvm_nhwc": build_stock_nhwc,
 }
@@ -249,15 +266,23 @@ def check_close(name: str, out: np.ndarray, ref: np.ndarray, rtol: float = RTOL)
     return {"ok": ok, "max_abs_err": err, "max_abs_ref": scale, "rtol": rtol}
 
 
+def relative_error(out: np.ndarray, exact: np.ndarray) -> float:
+    """``max |out - exact| / max |exact|``: the error measure of the README's accuracy table."""
+    scale = float(np.max(np.abs(exact)))
+    return float(np.max(np.abs(out.astype("float64") - exact))) / scale if scale else 0.0
+
+
 def run_case(
     preparers: dict[str, Callable[[], Runner]],
     reference: str,
     cfg: TimingConfig,
+    exact: np.ndarray | None = None,
 ) -> dict[str, Result]:
     """Prepare and check every implementation against ``reference``, then time them all.
 
     ``preparers[name]()`` builds the implementation and returns its Runner, or raises
-    ``Skip`` with a note. A failing build or run is recorded as ``error`` and printed; the
+    ``Skip`` with a note. With ``exact`` (a float64 reference), every result also records
+    its ``err_f64`` (``relative_error``). A failing build or run is recorded as ``error`` and printed; the
     other implementations still run. The reference is prepared first; the timing is
     interleaved (``time_interleaved``).
     """
@@ -280,6 +305,8 @@ def run_case(
             print(f" failed\n  !! {name} FAILED: {result.error}", flush=True)
             continue
         print(f" {time.perf_counter() - start:.1f} s", flush=True)
+        if exact is not None:
+            result.extra["err_f64"] = relative_error(out, exact)
         if name == reference:
             ref_out = out.astype("float64")
         elif ref_out is None:
@@ -312,11 +339,11 @@ def ratio(a: float | None, b: float | None) -> float | None:
 def case_record(results: dict[str, Result], versus, gflop=None, peak_gflops=None) -> dict:
     """The JSON record of one case: every result, the best peer and tvm_fuse's ratios.
 
-    A "peer" is every implementation but tvm_fuse; ``versus`` names the peers that get a ratio
+    A "peer" is every implementation but tvm_fuse's own (``tvm_fuse*``); ``versus`` names the peers that get a ratio
     of their own (present or not, so that every record has the same keys).
     """
     fuse, stock = results["tvm_fuse"], results["tvm_nchwc"]
-    best, best_ms = best_of(results, [name for name in results if name != "tvm_fuse"])
+    best, best_ms = best_of(results, [name for name in results if not name.startswith("tvm_fuse")])
     ratios = {"tvm_fuse/best_peer": ratio(fuse.ms, best_ms)}
     for name in versus:
         ratios[f"tvm_fuse/{name}"] = ratio(fuse.ms, results[name].ms if name in results else None)
@@ -396,9 +423,12 @@ def status(res: dict) -> str:
 
 # -- output --------------------------------------------------------------------------------
 def fmt(value) -> str:
-    """A table cell: floats with 2 decimals (3 below 1), None as "-"."""
+    """A table cell: floats with 2 decimals (3 below 1, 2 significant digits below 0.001),
+    None as "-"."""
     if value is None:
         return "-"
+    if isinstance(value, float) and 0 < abs(value) < 1e-3:
+        return f"{value:.1e}"
     if isinstance(value, float):
         return f"{value:.2f}" if abs(value) >= 1 else f"{value:.3f}"
     return str(value)

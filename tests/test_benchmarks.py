@@ -21,7 +21,7 @@ RESULT_KEYS = {"ms", "min_ms", "runs_ms", "build_s", "check", "error", "skipped"
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     path = tmp_path_factory.mktemp("bench") / "layers.json"
-    impls = ("tvm_fuse", "tvm_nchwc")  # no peers, no NHWC: keep it fast
+    impls = ("tvm_fuse", "tvm_fuse_direct", "tvm_nchwc")  # no peers, no NHWC: keep it fast
     payload = bench_layers.run([TINY], common.QUICK, path, impls, quick_peak=True, warm_up=False)
     return payload, json.loads(path.read_text())
 
@@ -32,7 +32,8 @@ def test_layer_json_has_every_implementation_and_ratio(tiny_run):
     (record,) = on_disk["layers"]
     assert record["layer"]["name"] == "tiny"
     assert record["gflop"] == pytest.approx(2 * 16 * 8 * 8 * 16 * 9 / 1e9)
-    assert set(record["results"]) == {"tvm_fuse", "tvm_nchwc"}
+    assert set(record["results"]) == {"tvm_fuse", "tvm_fuse_direct", "tvm_nchwc"}
+    assert record["algorithm"] == "direct"  # 16 channels: too few for Winograd to pay
     for res in record["results"].values():
         assert RESULT_KEYS <= set(res)
         assert res["ms"] > 0 and res["build_s"] > 0 and res["gflops"] > 0
@@ -44,7 +45,7 @@ def test_layer_json_has_every_implementation_and_ratio(tiny_run):
     }
     assert record["ratios"]["tvm_fuse/tvm_nhwc"] is None  # not run
     ratios = [record["ratios"][k] for k in ("tvm_fuse/best_peer", "tvm_fuse/tvm_nchwc")]
-    assert ratios[0] == ratios[1] > 0  # stock TVM is the only peer
+    assert ratios[0] == ratios[1] > 0  # stock TVM is the only peer (tvm_fuse_direct is ours)
     assert record["ratios"]["build tvm_fuse/tvm_nchwc"] > 0
     assert payload["layers"][0]["best_peer"] == "tvm_nchwc"
 
@@ -57,6 +58,26 @@ def test_layer_outputs_match_stock_tvm(tiny_run):
     assert check["ok"], check
     assert check["max_abs_ref"] > 0
     assert on_disk["ok"] is True
+
+
+def test_layer_errors_are_measured_against_float64(tiny_run):
+    _, on_disk = tiny_run
+    for name, res in on_disk["layers"][0]["results"].items():
+        assert 0 < res["err_f64"] < 1e-5, name  # float32 rounding, never exactly zero
+
+
+def test_float64_reference_of_a_depthwise_layer_matches_stock_tvm():
+    """``reference_f64`` (NumPy) against stock TVM's float32 build, on a grouped conv, which
+    tvm_fuse leaves unfused (the layer table's MobileNet-v2 ``mb_dw`` is one)."""
+    layer = bench_layers.Layer("tiny_dw", 8, 8, 6, 3, 1, 1, groups=8)
+    arrays = bench_layers.layer_arrays(layer)
+    mod, params = bench_layers.relay_layer(layer, arrays)
+    target = tvm_fuse.host_target()
+    lib = common.build_stock(mod, params, target)
+    out = common.TvmRunner(lib, {"data": arrays["data"]}).output()
+    assert common.relative_error(out, bench_layers.reference_f64(layer, arrays)) < 1e-6
+    assert common.algorithms_chosen(mod, params, target) == "none fused"
+    assert layer.gflop == pytest.approx(2 * 8 * 6 * 6 * 9 / 1e9)
 
 
 def test_check_close_flags_a_wrong_output(capsys):

@@ -120,7 +120,8 @@ def test_winograd_needs_a_tile():
         dataclasses.replace(SEED, algorithm="winograd")
     spec = dataclasses.replace(SEED, algorithm="winograd", winograd_tile=4)
     assert spec.kernel_size == (3, 3)
-    assert str(spec).splitlines()[-1] == "algorithm: winograd F(4x4, 3x3)"
+    assert str(spec).splitlines()[-1] == "algorithm: winograd F(4x4)"
+    assert (spec.algorithm_name, SEED.algorithm_name) == ("winograd F(4x4)", "direct")
     assert KernelSpec.from_json(spec.to_json()) == spec
 
 

@@ -235,6 +235,12 @@ class KernelSpec:
         return 2 * out_elems * kh * kw * self.in_channels
 
     # -- printing and serialisation ---------------------------------------------------------
+    @property
+    def algorithm_name(self) -> str:
+        """"direct", or "winograd F(m x m)" with its tile (as tables and reports print it)."""
+        m = self.winograd_tile
+        return f"{self.algorithm} F({m}x{m})" if self.algorithm == "winograd" else self.algorithm
+
     def __str__(self) -> str:
         def same(values):
             return str(values[0]) if len(set(values)) == 1 else str(values)
@@ -258,8 +264,7 @@ class KernelSpec:
             ("epilogue", self.epilogue),
         ]
         if self.algorithm != "direct":
-            m = self.winograd_tile
-            lines.append(("algorithm", f"{self.algorithm} F({m}x{m}, 3x3)"))
+            lines.append(("algorithm", self.algorithm_name))
         return "\n".join(f"{key + ':':<11}{value}" for key, value in lines)
 
     def to_dict(self) -> dict:
