@@ -1,7 +1,8 @@
 """Shared benchmark machinery: environment, TVM builders, timing, checks, tables and JSON.
 
 Every script imports this module *before* tvm: it pins ``TVM_NUM_THREADS`` (and the OpenMP
-thread count of the peers) to ``THREADS`` and turns TopHub downloads off. Every implementation
+thread count of the peers) to ``THREADS`` (2, or ``TVM_FUSE_BENCH_THREADS``) and turns TopHub
+downloads off. Every implementation
 is timed alike, TVM's through ``time_evaluator``: warm-up runs, then ``repeat`` measurements of
 ``number`` back-to-back runs each (``number`` chosen so that one measurement lasts
 ``min_repeat_ms``), the implementations taking turns; the figure is the median per-run mean.
@@ -23,7 +24,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-THREADS = 2
+#: Threads of every implementation: 2, the cores of the machines this project is measured on,
+#: unless ``TVM_FUSE_BENCH_THREADS`` says otherwise (e.g. 1 on a core of its own, ``taskset``).
+def _threads() -> int:
+    text = os.environ.get("TVM_FUSE_BENCH_THREADS", "2").strip()
+    if not text.isdigit() or int(text) < 1:
+        raise SystemExit(f"TVM_FUSE_BENCH_THREADS={text!r}: set it to a whole number >= 1")
+    return int(text)
+
+
+THREADS = _threads()
 os.environ.setdefault("TVM_NUM_THREADS", str(THREADS))
 os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
 os.environ.setdefault("TOPHUB_LOCATION", "NONE")

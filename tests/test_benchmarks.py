@@ -109,3 +109,20 @@ def test_model_profile_names_shapes_and_shares():
     assert "tvm_fuse_conv2d_nhwc_fused" in kernels[0]["node"]
     assert kernels[0]["shape"] == [1, 28, 28, 128]
     assert 0.5 < kernels[0]["share"] <= 1.0
+
+
+def test_a_bad_thread_count_is_one_line():
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TVM_FUSE_BENCH_THREADS": "two"}
+    run = subprocess.run(
+        [sys.executable, "-c", "import tvm_fuse.bench.common"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 1
+    assert run.stderr.strip() == "TVM_FUSE_BENCH_THREADS='two': set it to a whole number >= 1"
