@@ -5,6 +5,9 @@ correctness checks and the FMA kernel's assembly are.
 """
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -112,10 +115,6 @@ def test_model_profile_names_shapes_and_shares():
 
 
 def test_a_bad_thread_count_is_one_line():
-    import os
-    import subprocess
-    import sys
-
     env = {**os.environ, "TVM_FUSE_BENCH_THREADS": "two"}
     run = subprocess.run(
         [sys.executable, "-c", "import tvm_fuse.bench.common"],
