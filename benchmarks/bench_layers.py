@@ -16,7 +16,8 @@ convs), ResNet-50 bottleneck 1x1 convs (``r50_*``) and MobileNet-v2-style layers
     python -m tvm_fuse.bench.bench_layers ...  (the same)
 
 ``--quick`` times few short repeats of the layers ``QUICK_LAYERS`` (unless ``--layers`` names
-others) without stock TVM's NHWC build, to finish within a minute or two on two cores.
+others) without stock TVM's NHWC build and the forced direct kernel, to finish within a minute
+on two cores.
 """
 
 from __future__ import annotations
@@ -92,9 +93,9 @@ LAYERS = {
         Layer("mb_last", 320, 1280, 7, 1, 1, 0),
     ]
 }
-#: A ``--quick`` run: a stride-1 3x3 and the strided seed layer, without the slowest build.
+#: A ``--quick`` run: a stride-1 3x3 and the strided seed layer, without the slowest builds.
 QUICK_LAYERS = ("l2", "seed")
-SLOW = ("tvm_nhwc",)
+SLOW = ("tvm_nhwc", "tvm_fuse_direct")
 
 
 # -- the layer in each framework -----------------------------------------------------------
