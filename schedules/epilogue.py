@@ -1,7 +1,7 @@
 """The fused kernel's epilogue as TE: bias, residual add and activation on the accumulator.
 
-Shared by every implementation of the fused op, so that the generic fallback and the fast
-schedule compute exactly the same function. Each step is element-wise, so a schedule can inline
+Shared by every implementation of the fused op, on both backends (Relay and Relax), so that the
+generic fallback and the fast schedule compute exactly the same function. Each step is element-wise, so a schedule can inline
 it into the store of the accumulator (it stays in registers).
 
 Each activation is the very expression TOPI computes for the op it replaces, so NaN and ±Inf
@@ -10,7 +10,12 @@ come out as stock TVM gives them: ``relu`` is ``max(x, 0)`` (NaN -> 0), ``relu6`
 ``x > 0`` (NaN stays NaN), ``sigmoid`` TE's intrinsic, ``silu`` Relay's ``x * sigmoid(x)``.
 """
 
-from tvm import te, tir, topi
+from tvm import te, topi
+
+try:  # TVM 0.19 (the Relay stack)
+    from tvm.tir import Select
+except ImportError:  # apache-tvm >= 0.26 (the Relax stack): TIR's expressions are in tvm.tirx
+    from tvm.tirx import Select
 
 
 def _activate(x, activation: str, alpha: float):
@@ -21,7 +26,7 @@ def _activate(x, activation: str, alpha: float):
     if activation == "relu6":
         return te.max(te.min(x, te.const(6, x.dtype)), te.const(0, x.dtype))
     if activation == "leaky_relu":
-        return tir.Select(x > te.const(0, x.dtype), x, x * te.const(alpha, x.dtype))
+        return Select(x > te.const(0, x.dtype), x, x * te.const(alpha, x.dtype))
     if activation == "sigmoid":
         return te.sigmoid(x)
     if activation == "silu":
