@@ -18,15 +18,16 @@ except ImportError:  # apache-tvm >= 0.26 (the Relax stack): TIR's expressions a
     from tvm.tirx import Select
 
 
-def _activate(x, activation: str, alpha: float):
+def _activate(x, activation: str, alpha: float, dtype: str):
+    # dtype is the accumulator's: an expression's own dtype is spelled differently in each stack
     if activation == "none":
         return x
     if activation == "relu":
-        return te.max(x, te.const(0, x.dtype))
+        return te.max(x, te.const(0, dtype))
     if activation == "relu6":
-        return te.max(te.min(x, te.const(6, x.dtype)), te.const(0, x.dtype))
+        return te.max(te.min(x, te.const(6, dtype)), te.const(0, dtype))
     if activation == "leaky_relu":
-        return Select(x > te.const(0, x.dtype), x, x * te.const(alpha, x.dtype))
+        return Select(x > te.const(0, dtype), x, x * te.const(alpha, dtype))
     if activation == "sigmoid":
         return te.sigmoid(x)
     if activation == "silu":
@@ -48,6 +49,6 @@ def apply_epilogue(acc, bias=None, residual=None, activation="none", alpha=0.0):
             x = x + bias[c]
         if residual is not None:
             x = x + residual[n, h, w, c]
-        return _activate(x, activation, alpha)
+        return _activate(x, activation, alpha, acc.dtype)
 
     return te.compute(acc.shape, element, name="epilogue", tag=topi.tag.ELEMWISE)
