@@ -79,3 +79,80 @@ def residual_block(
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
     return str(path)
+
+
+#: ONNX activation nodes by the name a KernelSpec carries (``spec.ACTIVATIONS``)
+ONNX_ACTIVATIONS = {
+    "none": None,
+    "relu": ("Relu", {}),
+    "relu6": ("Clip", {}),  # min 0 and max 6 as inputs (opset 13)
+    "leaky_relu": ("LeakyRelu", {"alpha": 0.1}),
+    "sigmoid": ("Sigmoid", {}),
+    "silu": ("Sigmoid", {}),  # x * Sigmoid(x)
+}
+
+
+def conv_bn_act(
+    path,
+    data_shape=(1, 64, 56, 56),
+    channels=128,
+    kernel=3,
+    strides=2,
+    padding=1,
+    dilation=1,
+    groups=1,
+    conv_bias=False,
+    activation="relu",
+    epsilon=1e-5,
+    seed=0,
+) -> str:
+    """Write ``Conv -> BatchNormalization -> activation`` (NCHW, float32, seeded) to ``path``.
+
+    The defaults are the seed example of ``docs/architecture.md``: ``[1,64,56,56] -> conv 3x3
+    stride 2 pad 1 (128) -> BatchNorm -> ReLU``. Its input is ``data``, its output ``out``."""
+    rng = np.random.default_rng(seed)
+    cin = data_shape[1]
+
+    def tensor(name, shape, low=-0.5, high=0.5):
+        return numpy_helper.from_array(rng.uniform(low, high, shape).astype("float32"), name)
+
+    inits = [tensor("w", (channels, cin // groups, kernel, kernel), -0.3, 0.3)]
+    inits += [tensor("gamma", (channels,), 0.5, 1.5), tensor("beta", (channels,))]
+    inits += [tensor("mean", (channels,)), tensor("var", (channels,), 0.5, 2.0)]
+    conv_inputs = ["data", "w"]
+    if conv_bias:
+        inits.append(tensor("b", (channels,)))
+        conv_inputs.append("b")
+    conv = dict(kernel_shape=[kernel] * 2, pads=[padding] * 4, strides=[strides] * 2)
+    nodes = [
+        helper.make_node(
+            "Conv", conv_inputs, ["c"], dilations=[dilation] * 2, group=groups, **conv
+        ),
+        helper.make_node(
+            "BatchNormalization", ["c", "gamma", "beta", "mean", "var"], ["n"], epsilon=epsilon
+        ),
+    ]
+    nodes += _activation_nodes(activation, "n", "out", inits)
+    graph = helper.make_graph(
+        nodes,
+        "tvm_fuse_conv_bn_act",
+        [helper.make_tensor_value_info("data", TensorProto.FLOAT, list(data_shape))],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [data_shape[0], channels, "H", "W"])],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return str(path)
+
+
+def _activation_nodes(activation, x, y, inits) -> list[onnx.NodeProto]:
+    if activation == "none":
+        return [helper.make_node("Identity", [x], [y])]
+    op, attrs = ONNX_ACTIVATIONS[activation]
+    if activation == "relu6":
+        inits += [numpy_helper.from_array(np.float32(v), n) for n, v in (("lo", 0), ("hi", 6))]
+        return [helper.make_node("Clip", [x, "lo", "hi"], [y])]
+    if activation == "silu":
+        return [helper.make_node(op, [x], ["gate"]), helper.make_node("Mul", [x, "gate"], [y])]
+    return [helper.make_node(op, [x], [y], **attrs)]

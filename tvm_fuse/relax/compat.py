@@ -2,7 +2,7 @@
 
 The Relax backend is pinned to apache-tvm 0.27 (``.ci/relax-env``); between 0.25 and 0.27 TIR's
 expressions moved to ``tvm.tirx``, its schedule to ``tvm.s_tir``, ``PrimExpr.dtype`` to
-``.ty.dtype`` and ``relax.Constant``'s value around, and ``llvm_get_vector_width`` answers 512 on
+``.ty.dtype`` ``relax.Constant`` to ``tvm.ir`` with its value in ``.value``, StructInfo became ``expr.ty``, and ``llvm_get_vector_width`` answers 512 on
 AVX2 machines. Everything else in ``tvm_fuse.relax`` asks this module. Importing it under the
 Relay stack (TVM 0.19, no ``tvm.s_tir``) raises ImportError with the reason.
 """
@@ -24,6 +24,8 @@ except ImportError as err:  # TVM 0.19: the Relay stack
     ) from err
 
 Schedule = s_tir.Schedule
+#: ``relax.Constant`` became ``tvm.ir.expr.Constant`` (``GenericConst``) in 0.27
+Constant = getattr(relax, "Constant", None) or tvm.ir.expr.Constant
 PrimFunc = tirx.PrimFunc
 IntImm = tirx.IntImm
 
@@ -76,28 +78,36 @@ def expr_dtype(expr) -> str:
 
 def constant_value(expr) -> np.ndarray | None:
     """The NumPy value of a ``relax.Constant``, or None for any other expression."""
-    if not isinstance(expr, relax.Constant):
+    if not isinstance(expr, Constant):
         return None
-    return expr.data.numpy()
+    value = getattr(expr, "value", None)  # 0.27; .data before
+    return (value if value is not None else expr.data).numpy()
 
 
 def constant(value: np.ndarray) -> relax.Constant:
     return relax.const(np.ascontiguousarray(value))
 
 
+#: Relax's tensor type: ``TensorStructInfo`` before 0.27, ``TensorType`` (``expr.ty``) since
+TensorType = getattr(relax, "TensorType", None) or getattr(relax, "TensorStructInfo")
+
+
+def type_of(expr):
+    """The Relax type of an expression (``.ty`` in 0.27, ``.struct_info`` before)."""
+    ty = getattr(expr, "ty", None)
+    return ty if ty is not None else expr.struct_info
+
+
 def tensor_shape(expr) -> tuple[int, ...] | None:
     """The static shape of a tensor-valued Relax expression, or None (dynamic, not a tensor)."""
-    sinfo = expr.struct_info
-    if not isinstance(sinfo, relax.TensorStructInfo) or sinfo.shape is None:
+    ty = type_of(expr)
+    if not isinstance(ty, TensorType) or ty.shape is None:
         return None
-    shape = sinfo.shape
-    values = getattr(shape, "values", None)
-    if values is None:
-        return None
-    if not all(isinstance(v, IntImm) for v in values):
+    values = getattr(ty.shape, "values", None)
+    if values is None or not all(isinstance(v, IntImm) for v in values):
         return None
     return tuple(int(v) for v in values)
 
 
 def tensor_dtype(expr) -> str:
-    return str(expr.struct_info.dtype)
+    return str(type_of(expr).dtype)
