@@ -111,3 +111,13 @@ def tensor_shape(expr) -> tuple[int, ...] | None:
 
 def tensor_dtype(expr) -> str:
     return str(type_of(expr).dtype)
+
+
+def prim_value(expr) -> float:
+    """The number of a scalar argument (``relax.PrimValue`` before 0.27, a FloatImm/IntImm in
+    0.27, or a scalar constant)."""
+    value = constant_value(expr)
+    if value is not None:
+        return float(value)
+    inner = getattr(expr, "value", expr)
+    return float(getattr(inner, "value", inner))
