@@ -81,7 +81,9 @@ def constant_value(expr) -> np.ndarray | None:
     if not isinstance(expr, Constant):
         return None
     value = getattr(expr, "value", None)  # 0.27; .data before
-    return (value if value is not None else expr.data).numpy()
+    value = value if value is not None else getattr(expr, "data", None)
+    # 0.27's IntImm/FloatImm are Constants too, their value a Python number
+    return value.numpy() if hasattr(value, "numpy") else None
 
 
 def constant(value: np.ndarray) -> relax.Constant:
@@ -119,5 +121,5 @@ def prim_value(expr) -> float:
     value = constant_value(expr)
     if value is not None:
         return float(value)
-    inner = getattr(expr, "value", expr)
+    inner = getattr(expr, "value", expr)  # PrimValue -> its PrimExpr, IntImm -> its number
     return float(getattr(inner, "value", inner))
