@@ -156,3 +156,74 @@ def _activation_nodes(activation, x, y, inits) -> list[onnx.NodeProto]:
     if activation == "silu":
         return [helper.make_node(op, [x], ["gate"]), helper.make_node("Mul", [x, "gate"], [y])]
     return [helper.make_node(op, [x], [y], **attrs)]
+
+
+def resnet18(path, batch: int = 1, size: int = 224, classes: int = 1000, seed: int = 0) -> str:
+    """Write a ResNet-18 (v1, torchvision's layout) with random weights and random BatchNorm
+    statistics to ``path``, BatchNormalization nodes kept (as an export without constant
+    folding gives them), so that an importer hands the backend real BNs to fold. Input ``data``
+    ``[batch, 3, size, size]``, output ``logits``."""
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+
+    def conv_bn(x, name, cin, cout, k, stride, relu):
+        w = rng.standard_normal((cout, cin, k, k)) * np.sqrt(1.0 / (cin * k * k))
+        inits.append(numpy_helper.from_array(w.astype("float32"), f"{name}_w"))
+        stats = {
+            "gamma": rng.uniform(0.5, 1.0, cout),
+            "beta": rng.uniform(-0.2, 0.2, cout),
+            "mean": rng.uniform(-0.2, 0.2, cout),
+            "var": rng.uniform(0.5, 2.0, cout),
+        }
+        for key, value in stats.items():
+            inits.append(numpy_helper.from_array(value.astype("float32"), f"{name}_{key}"))
+        pads = [k // 2] * 4
+        nodes.append(
+            helper.make_node(
+                "Conv", [x, f"{name}_w"], [f"{name}_c"], kernel_shape=[k, k], strides=[stride] * 2,
+                pads=pads,
+            )
+        )
+        bn_inputs = [f"{name}_c"] + [f"{name}_{key}" for key in stats]
+        nodes.append(helper.make_node("BatchNormalization", bn_inputs, [f"{name}_n"], epsilon=1e-5))
+        if not relu:
+            return f"{name}_n"
+        nodes.append(helper.make_node("Relu", [f"{name}_n"], [f"{name}_r"]))
+        return f"{name}_r"
+
+    x = conv_bn("data", "stem", 3, 64, 7, 2, relu=True)
+    nodes.append(
+        helper.make_node("MaxPool", [x], ["pool"], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4)
+    )
+    x, cin = "pool", 64
+    for stage, cout in enumerate((64, 128, 256, 512)):
+        for block in range(2):
+            stride = 2 if stage > 0 and block == 0 else 1
+            name = f"s{stage}b{block}"
+            y = conv_bn(x, f"{name}_1", cin, cout, 3, stride, relu=True)
+            y = conv_bn(y, f"{name}_2", cout, cout, 3, 1, relu=False)
+            shortcut = x
+            if stride != 1 or cin != cout:
+                shortcut = conv_bn(x, f"{name}_down", cin, cout, 1, stride, relu=False)
+            nodes.append(helper.make_node("Add", [y, shortcut], [f"{name}_sum"]))
+            nodes.append(helper.make_node("Relu", [f"{name}_sum"], [f"{name}_out"]))
+            x, cin = f"{name}_out", cout
+    fc_w = rng.standard_normal((classes, 512)) * np.sqrt(1.0 / 512)
+    inits.append(numpy_helper.from_array(fc_w.astype("float32"), "fc_w"))
+    inits.append(numpy_helper.from_array(np.zeros(classes, "float32"), "fc_b"))
+    nodes += [
+        helper.make_node("GlobalAveragePool", [x], ["gap"]),
+        helper.make_node("Flatten", ["gap"], ["flat"]),
+        helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tvm_fuse_resnet18",
+        [helper.make_tensor_value_info("data", TensorProto.FLOAT, [batch, 3, size, size])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, classes])],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return str(path)

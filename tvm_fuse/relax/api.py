@@ -1,7 +1,7 @@
 """The Relax backend's API: ``pipeline``, ``optimize``, ``build``, ``describe``.
 
 ``pipeline(target)`` is one ``tvm.transform.Pass`` (use it inside your own ``Sequential``):
-``FoldConstant`` -> ``FoldBatchNorm`` -> ``ConvertLayoutNHWC`` -> ``FuseConvBiasAct`` ->
+``FoldConstant`` (layout ops on constants with NumPy first) -> ``FoldBatchNorm`` -> ``ConvertLayoutNHWC`` -> ``FuseConvBiasAct`` ->
 ``LowerFusedConv``. ``optimize`` binds the params and runs it; ``build`` then compiles with
 ``tvm.compile`` (Relax's default pipeline, which leaves the fused kernels as they are: they are
 scheduled and opaque) and returns its executable, to run with ``relax.VirtualMachine``.
@@ -17,7 +17,7 @@ from ..spec import KernelSpec
 from . import compat, kernel
 from .fold_bn import FoldBatchNorm
 from .fuse import FuseConvBiasAct, spec_of_function
-from .layout import ConvertLayoutNHWC
+from .layout import ConvertLayoutNHWC, FoldConstantTransforms
 from .lower import LowerFusedConv
 
 
@@ -26,6 +26,7 @@ def pipeline(target=None) -> tvm.transform.Pass:
     ``target`` (None: the enclosing ``with target``, else this CPU)."""
     return tvm.transform.Sequential(
         [
+            FoldConstantTransforms(),
             relax.transform.FoldConstant(),
             FoldBatchNorm(),
             ConvertLayoutNHWC(),
