@@ -42,6 +42,7 @@ LAYERS = [
     ("pipeline", ["api", "relax.api"]),
     ("tuning", ["tuning", "tuning.*"]),
     ("examples", ["examples", "models", "onnx_example", "testing"]),
+    ("relax tools", ["relax.bench"]),  # the Relax backend's benchmark (apache-tvm only)
     (
         "tools",
         [

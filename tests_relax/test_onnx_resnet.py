@@ -1,0 +1,32 @@
+"""ResNet-18 (ONNX, BatchNorm kept) through the Relax backend equals ONNX Runtime."""
+
+import numpy as np
+import onnx
+import pytest
+from tvm.relax.frontend.onnx import from_onnx
+
+import tvm_fuse.relax as tfr
+from helpers import op_names, run
+from reference import assert_close
+from tvm_fuse import onnx_example
+
+ort = pytest.importorskip("onnxruntime")
+
+
+@pytest.mark.slow
+def test_onnx_resnet18_matches_onnxruntime(tmp_path, target):
+    path = onnx_example.resnet18(tmp_path / "resnet18.onnx")
+    model = onnx.load(path)
+    assert sum(n.op_type == "BatchNormalization" for n in model.graph.node) == 20
+    mod = from_onnx(model, keep_params_in_input=False)
+    optimized = tfr.optimize(mod, target=target)
+    specs = tfr.describe(optimized)
+    assert len(specs) == 20  # every conv, its BN folded, fused
+    assert sum(s.residual is not None for s in specs) == 8  # one per basic block
+    names = op_names(optimized)
+    assert names.count("relax.permute_dims") == 2
+    assert not {"relax.nn.conv2d", "relax.nn.batch_norm", "relax.nn.relu"} & set(names)
+    x = np.random.default_rng(1).standard_normal((1, 3, 224, 224)).astype("float32")
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    want = session.run(None, {"data": x})[0]
+    assert_close(run(tfr.build(mod, target=target), x), want)
