@@ -30,7 +30,7 @@ LAYERS = [
         ["spec", "errors", "target", "ir_utils", "bn_fold", "dispatch", "lazy", "sizes", "backend"]
         + ["relax", "relax.compat"],  # the Relax backend's package and its apache-tvm API
     ),
-    ("kernel half", ["schedules", "schedules.*", "relax.kernel"]),
+    ("kernel half", ["schedules", "schedules.*", "relax.kernel", "relax.fallback"]),
     ("relay ops", ["op", "exit_op"]),
     ("meeting point", ["strategy", "relax.strategy"]),
     (

@@ -5,6 +5,8 @@
 ``LowerFusedConv``. ``optimize`` binds the params and runs it; ``build`` then compiles with
 ``tvm.compile`` (Relax's default pipeline, which leaves the fused kernels as they are: they are
 scheduled and opaque) and returns its executable, to run with ``relax.VirtualMachine``.
+Before ``tvm.compile``, ``build`` legalizes the stock ops left (refused convs, pooling, ...) and
+gives them ``ScheduleFallback``'s parallel, vectorized schedule, which stock Relax does not.
 ``describe`` lists the fused kernels' task descriptions in the order ``main`` calls them.
 """
 
@@ -15,6 +17,7 @@ from tvm import relax
 
 from ..spec import KernelSpec
 from . import compat, kernel
+from .fallback import ScheduleFallback
 from .fold_bn import FoldBatchNorm
 from .fuse import FuseConvBiasAct, spec_of_function
 from .layout import ConvertLayoutNHWC, FoldConstantTransforms
@@ -50,9 +53,13 @@ def optimize(mod: tvm.IRModule, params: dict | None = None, target=None) -> tvm.
 
 
 def build(mod: tvm.IRModule, params: dict | None = None, target=None):
-    """``tvm.compile`` of the optimized module for ``target`` (None: this CPU)."""
+    """``tvm.compile`` of the optimized module for ``target`` (None: this CPU), the stock ops
+    left in it legalized first and given the fallback schedule (``ScheduleFallback``)."""
     target = compat.as_target(target)
-    return tvm.compile(optimize(mod, params, target), target=target)
+    lowered = relax.transform.LegalizeOps()(optimize(mod, params, target))
+    with target:
+        lowered = ScheduleFallback()(lowered)
+    return tvm.compile(lowered, target=target)
 
 
 def describe(mod: tvm.IRModule) -> list[KernelSpec]:
