@@ -42,7 +42,7 @@ LAYERS = [
     ("pipeline", ["api", "relax.api"]),
     ("tuning", ["tuning", "tuning.*"]),
     ("examples", ["examples", "models", "onnx_example", "testing"]),
-    ("relax tools", ["relax.bench"]),  # the Relax backend's benchmark (apache-tvm only)
+    ("relax tools", ["relax.bench", "relax.commands"]),  # apache-tvm only
     (
         "tools",
         [

@@ -1,8 +1,8 @@
 """The Relax backend's API: ``pipeline``, ``optimize``, ``build``, ``describe``.
 
 ``pipeline(target)`` is one ``tvm.transform.Pass`` (use it inside your own ``Sequential``):
-``FoldConstant`` (layout ops on constants with NumPy first) -> ``FoldBatchNorm`` -> ``ConvertLayoutNHWC`` -> ``FuseConvBiasAct`` ->
-``LowerFusedConv``. ``optimize`` binds the params and runs it; ``build`` then compiles with
+``FoldConstant`` (layout ops on constants with NumPy first) -> ``FoldBatchNorm`` ->
+``ConvertLayoutNHWC`` -> ``FuseConvBiasAct`` -> ``LowerFusedConv``. ``optimize`` binds the params and runs it; ``build`` then compiles with
 ``tvm.compile`` (Relax's default pipeline, which leaves the fused kernels as they are: they are
 scheduled and opaque) and returns its executable, to run with ``relax.VirtualMachine``.
 Before ``tvm.compile``, ``build`` legalizes the stock ops left (refused convs, pooling, ...) and

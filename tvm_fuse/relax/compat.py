@@ -123,3 +123,20 @@ def prim_value(expr) -> float:
         return float(value)
     inner = getattr(expr, "value", expr)  # PrimValue -> its PrimExpr, IntImm -> its number
     return float(getattr(inner, "value", inner))
+
+
+def target_from_text(text: str | None) -> tvm.target.Target:
+    """A target from a command line's ``llvm -mcpu=znver3 -num-cores=2`` (apache-tvm 0.27 no
+    longer parses that form: it takes a dict). ``-mcpu=native`` is this CPU; None: the host."""
+    if text is None:
+        return host_target()
+    kind, *options = text.split()
+    config = {"kind": kind}
+    for option in options:
+        key, sep, value = option.lstrip("-").partition("=")
+        if not sep:
+            raise ValueError(f"target option {option!r} is not -key=value")
+        if key == "mcpu" and value == "native":
+            value = tvm.target.codegen.llvm_get_system_cpu()
+        config[key] = int(value) if value.isdigit() else value
+    return tvm.target.Target(config)
