@@ -126,3 +126,13 @@ def test_kernels_are_scheduled_parallel_and_vectorized(case, packed):
     assert "T.parallel" in text and "T.vectorized" in text
     assert kernel.spec_of(func) == spec
     assert str(func.attrs["tvm_fuse.kernel"]) == (kernel.FAST_NAME if packed else kernel.GENERIC_NAME)
+
+
+@pytest.mark.parametrize("case", ["seed_s2", "ragged_co", "small_7x7", "1x1"])
+def test_avx512_layout_and_tiles_compute_right_here_too(case, rng, target):
+    """16 lanes (AVX-512's packed weight and the tile model's AVX-512 tiles) on any x86 host:
+    LLVM splits the wide vectors where the CPU lacks them, the result must not change."""
+    spec = _packed(_spec(case, residual=True), 16)
+    x, w, b, r = _inputs(spec, rng)
+    got = _run(kernel.prim_func(spec), spec, x, w, b, r, target)
+    assert_close(got, _reference(spec, x, w, b, r), rel=1e-5)
