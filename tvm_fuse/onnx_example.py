@@ -159,10 +159,21 @@ def _activation_nodes(activation, x, y, inits) -> list[onnx.NodeProto]:
 
 
 def resnet18(path, batch: int = 1, size: int = 224, classes: int = 1000, seed: int = 0) -> str:
-    """Write a ResNet-18 (v1, torchvision's layout) with random weights and random BatchNorm
-    statistics to ``path``, BatchNormalization nodes kept (as an export without constant
-    folding gives them), so that an importer hands the backend real BNs to fold. Input ``data``
-    ``[batch, 3, size, size]``, output ``logits``."""
+    """:func:`resnet` of depth 18."""
+    return resnet(path, 18, batch, size, classes, seed)
+
+
+#: blocks per stage and whether they are bottlenecks, by depth
+RESNET_DEPTHS = {18: ((2, 2, 2, 2), False), 50: ((3, 4, 6, 3), True)}
+
+
+def resnet(
+    path, depth: int = 18, batch: int = 1, size: int = 224, classes: int = 1000, seed: int = 0
+) -> str:
+    """Write a ResNet-18 or -50 (v1, torchvision's layout) with random weights and random
+    BatchNorm statistics to ``path``, BatchNormalization nodes kept (as an export without
+    constant folding gives them), so that an importer hands the backend real BNs to fold. Input
+    ``data`` ``[batch, 3, size, size]``, output ``logits``."""
     rng = np.random.default_rng(seed)
     inits, nodes = [], []
 
@@ -196,19 +207,26 @@ def resnet18(path, batch: int = 1, size: int = 224, classes: int = 1000, seed: i
         helper.make_node("MaxPool", [x], ["pool"], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4)
     )
     x, cin = "pool", 64
-    for stage, cout in enumerate((64, 128, 256, 512)):
-        for block in range(2):
+    blocks, bottleneck = RESNET_DEPTHS[depth]
+    for stage, (width, count) in enumerate(zip((64, 128, 256, 512), blocks)):
+        cout = width * 4 if bottleneck else width
+        for block in range(count):
             stride = 2 if stage > 0 and block == 0 else 1
             name = f"s{stage}b{block}"
-            y = conv_bn(x, f"{name}_1", cin, cout, 3, stride, relu=True)
-            y = conv_bn(y, f"{name}_2", cout, cout, 3, 1, relu=False)
+            if bottleneck:
+                y = conv_bn(x, f"{name}_1", cin, width, 1, 1, relu=True)
+                y = conv_bn(y, f"{name}_2", width, width, 3, stride, relu=True)
+                y = conv_bn(y, f"{name}_3", width, cout, 1, 1, relu=False)
+            else:
+                y = conv_bn(x, f"{name}_1", cin, cout, 3, stride, relu=True)
+                y = conv_bn(y, f"{name}_2", cout, cout, 3, 1, relu=False)
             shortcut = x
             if stride != 1 or cin != cout:
                 shortcut = conv_bn(x, f"{name}_down", cin, cout, 1, stride, relu=False)
             nodes.append(helper.make_node("Add", [y, shortcut], [f"{name}_sum"]))
             nodes.append(helper.make_node("Relu", [f"{name}_sum"], [f"{name}_out"]))
             x, cin = f"{name}_out", cout
-    fc_w = rng.standard_normal((classes, 512)) * np.sqrt(1.0 / 512)
+    fc_w = rng.standard_normal((classes, cin)) * np.sqrt(1.0 / cin)
     inits.append(numpy_helper.from_array(fc_w.astype("float32"), "fc_w"))
     inits.append(numpy_helper.from_array(np.zeros(classes, "float32"), "fc_b"))
     nodes += [
@@ -218,7 +236,7 @@ def resnet18(path, batch: int = 1, size: int = 224, classes: int = 1000, seed: i
     ]
     graph = helper.make_graph(
         nodes,
-        "tvm_fuse_resnet18",
+        f"tvm_fuse_resnet{depth}",
         [helper.make_tensor_value_info("data", TensorProto.FLOAT, [batch, 3, size, size])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, classes])],
         initializer=inits,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from tvm import te
 
-from ..schedules import fused_te, generic, tiling
+from ..schedules import fused_te, generic, nhwc_to_nchw, tiling
 from ..spec import KernelSpec
 from . import compat
 
@@ -64,6 +64,25 @@ def prim_func(spec: KernelSpec, tiles: tiling.Tiles | None = None):
             "op_pattern": OPAQUE,
         }
     )
+
+
+def exit_transpose(shape, dtype: str, lanes: int):
+    """The graph's exit transpose NHWC -> NCHW of a ``shape`` tensor as the Relay backend's
+    cache-blocked kernel (``schedules.nhwc_to_nchw``): parallel over (N, H), tiles of up to
+    ``lanes`` channels x ``lanes`` columns, the channels unrolled, the columns vectorized."""
+    data = te.placeholder(tuple(shape), dtype, name="data")
+    out = nhwc_to_nchw.compute(data)
+    sch = compat.Schedule(te.create_prim_func([data, out]))
+    block = sch.get_sblock("nhwc_to_nchw")
+    n, c, h, w = sch.get_loops(block)
+    c_blk, c_in = sch.split(c, [None, nhwc_to_nchw.tile_size(int(shape[3]), lanes)])
+    w_blk, w_in = sch.split(w, [None, nhwc_to_nchw.tile_size(int(shape[2]), lanes)])
+    sch.reorder(n, h, c_blk, w_blk, c_in, w_in)
+    sch.parallel(sch.fuse(n, h))
+    sch.unroll(c_in)
+    sch.vectorize(w_in)
+    attrs = {"tvm_fuse.kernel": nhwc_to_nchw.NAME, "tir.is_scheduled": True}
+    return sch.mod["main"].with_attrs(attrs)
 
 
 def spec_of(func) -> KernelSpec | None:

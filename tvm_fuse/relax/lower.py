@@ -8,6 +8,11 @@ weight is bound), flattens the bias to ``[Co]``, and calls the scheduled PrimFun
 ``relax.kernel.prim_func`` (one per distinct spec), which carries the spec. The composite
 functions are dropped once no call is left. It refuses nothing: a spec the fast kernel does not
 take runs the scheduled generic kernel.
+
+It also gives the graph's NHWC -> NCHW transposes (``permute_dims(x, [0, 3, 1, 2])`` of a 4-D
+tensor of static shape, which ``ConvertLayoutNHWC`` leaves at the exit) the Relay backend's
+cache-blocked kernel (``kernel.exit_transpose``) on x86 LLVM targets: the default schedule walks
+the whole map once per channel (112x112x64: 1 ms, against a 3 ms conv).
 """
 
 from __future__ import annotations
@@ -68,6 +73,8 @@ class _Lower(relax.PyExprMutator):
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
+        if _is_exit_transpose(call) and compat.is_x86_llvm(self.target):
+            return self._exit_transpose(call)
         func = self.mod_[call.op] if isinstance(call.op, tvm.ir.GlobalVar) else None
         if func is None or not _is_composite(func):
             return call
@@ -84,6 +91,17 @@ class _Lower(relax.PyExprMutator):
         out = compat.TensorType(spec.out.shape, spec.out.dtype)
         return relax.call_tir(self._kernel(wanted), tensors, out)
 
+    def _exit_transpose(self, call):
+        data = call.args[0]
+        shape, dtype = compat.tensor_shape(data), compat.tensor_dtype(data)
+        key = ("exit", shape, dtype)
+        if key not in self.kernels:
+            name = f"tvm_fuse_nhwc_to_nchw_{len(self.kernels)}"
+            func = kernel.exit_transpose(shape, dtype, compat.simd_lanes(self.target))
+            self.kernels[key] = self.builder_.add_func(func.with_attr("global_symbol", name), name)
+        n, h, w, c = shape
+        return relax.call_tir(self.kernels[key], [data], compat.TensorType((n, c, h, w), dtype))
+
     def _kernel(self, spec):
         key = spec.to_json()
         if key not in self.kernels:
@@ -91,6 +109,14 @@ class _Lower(relax.PyExprMutator):
             func = kernel.prim_func(spec).with_attr("global_symbol", name)
             self.kernels[key] = self.builder_.add_func(func, name)
         return self.kernels[key]
+
+
+def _is_exit_transpose(call) -> bool:
+    if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.permute_dims"):
+        return False
+    axes = call.attrs.axes
+    shape = compat.tensor_shape(call.args[0])
+    return axes is not None and [int(a) for a in axes] == [0, 3, 1, 2] and shape is not None and len(shape) == 4
 
 
 def _is_composite(func) -> bool:
