@@ -1,4 +1,4 @@
-"""ResNet-18 (ONNX, BatchNorm kept) through the Relax backend equals ONNX Runtime."""
+"""ResNet-18 and ResNet-50 (ONNX, BatchNorm kept) through the Relax backend equal ONNX Runtime."""
 
 import numpy as np
 import onnx
@@ -12,17 +12,22 @@ from tvm_fuse import onnx_example
 
 ort = pytest.importorskip("onnxruntime")
 
+#: depth: (convs = BatchNorms, residual adds)
+DEPTHS = {18: (20, 8), 50: (53, 16)}
+
 
 @pytest.mark.slow
-def test_onnx_resnet18_matches_onnxruntime(tmp_path, target):
-    path = onnx_example.resnet18(tmp_path / "resnet18.onnx")
+@pytest.mark.parametrize("depth", sorted(DEPTHS))
+def test_onnx_resnet_matches_onnxruntime(depth, tmp_path, target):
+    convs, blocks = DEPTHS[depth]
+    path = onnx_example.resnet(tmp_path / f"resnet{depth}.onnx", depth)
     model = onnx.load(path)
-    assert sum(n.op_type == "BatchNormalization" for n in model.graph.node) == 20
+    assert sum(n.op_type == "BatchNormalization" for n in model.graph.node) == convs
     mod = from_onnx(model, keep_params_in_input=False)
     optimized = tfr.optimize(mod, target=target)
     specs = tfr.describe(optimized)
-    assert len(specs) == 20  # every conv, its BN folded, fused
-    assert sum(s.residual is not None for s in specs) == 8  # one per basic block
+    assert len(specs) == convs  # every conv, its BN folded, fused
+    assert sum(s.residual is not None for s in specs) == blocks  # one per block
     names = op_names(optimized)
     assert len(transposes(names)) == 2
     assert not {"relax.nn.conv2d", "relax.nn.batch_norm", "relax.nn.relu"} & set(names)
