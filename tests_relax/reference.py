@@ -24,8 +24,13 @@ def conv2d_nhwc(x, w_hwio, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1)
 
 def conv2d_nchw(x, w_oihw, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1)):
     """NCHW conv with an OIHW weight, through :func:`conv2d_nhwc`."""
-    out = conv2d_nhwc(np.transpose(x, (0, 2, 3, 1)), np.transpose(w_oihw, (2, 3, 1, 0)),
-                      strides, padding, dilation)
+    out = conv2d_nhwc(
+        np.transpose(x, (0, 2, 3, 1)),
+        np.transpose(w_oihw, (2, 3, 1, 0)),
+        strides,
+        padding,
+        dilation,
+    )
     return out.transpose(0, 3, 1, 2)
 
 

@@ -15,7 +15,9 @@ from tvm_fuse.relax.fallback import ScheduleFallback
 def _grouped_reference(x, w, groups):
     cin_g, cout_g = x.shape[1] // groups, w.shape[0] // groups
     parts = [
-        conv2d_nchw(x[:, g * cin_g : (g + 1) * cin_g], w[g * cout_g : (g + 1) * cout_g], padding=(1,) * 4)
+        conv2d_nchw(
+            x[:, g * cin_g : (g + 1) * cin_g], w[g * cout_g : (g + 1) * cout_g], padding=(1,) * 4
+        )
         for g in range(groups)
     ]
     return np.concatenate(parts, axis=1)
@@ -32,7 +34,9 @@ def test_refused_and_fused_convs_build_right(groups, rng, target):
 
     mod = module([tensor_var("data", x.shape)], body)
     assert len(tfr.describe(tfr.optimize(mod, target=target))) == (1 if groups == 1 else 0)
-    ref = np.maximum(_grouped_reference(x, w, groups), 0).reshape(1, 16, 6, 2, 6, 2).max(axis=(3, 5))
+    ref = (
+        np.maximum(_grouped_reference(x, w, groups), 0).reshape(1, 16, 6, 2, 6, 2).max(axis=(3, 5))
+    )
     assert_close(run(tfr.build(mod, target=target), x), ref, rel=1e-5)
 
 
@@ -54,7 +58,9 @@ def test_tvm_fuse_kernels_are_left_as_they_are(target):
     w = np.ones((3, 3, 8, 16), "float32")
 
     def body(bb, data):
-        conv = relax.op.nn.conv2d(data, relax.const(w), padding=1, data_layout="NHWC", kernel_layout="HWIO")
+        conv = relax.op.nn.conv2d(
+            data, relax.const(w), padding=1, data_layout="NHWC", kernel_layout="HWIO"
+        )
         return relax.op.nn.relu(bb.emit(conv))
 
     optimized = relax.transform.LegalizeOps()(tfr.optimize(module([x], body), target=target))

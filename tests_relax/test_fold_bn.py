@@ -59,7 +59,9 @@ def test_folds_and_matches_numpy(case, rng, target):
     if case.get("conv_bias"):
         ref = ref + b.reshape(1, -1, 1, 1)
     gamma, beta, mean, var = stats
-    ref = bn_ref(ref, gamma if scale else 1.0 + 0 * gamma, beta if center else 0 * beta, mean, var, eps)
+    ref = bn_ref(
+        ref, gamma if scale else 1.0 + 0 * gamma, beta if center else 0 * beta, mean, var, eps
+    )
     assert_close(run(folded, x, target=target), ref, rel=1e-5)
 
 
@@ -67,7 +69,12 @@ def _grouped_conv(x, w, strides, padding, groups):
     cin_g, cout_g = x.shape[1] // groups, w.shape[0] // groups
     pads = (padding,) * 4
     parts = [
-        conv2d_nchw(x[:, g * cin_g : (g + 1) * cin_g], w[g * cout_g : (g + 1) * cout_g], (strides,) * 2, pads)
+        conv2d_nchw(
+            x[:, g * cin_g : (g + 1) * cin_g],
+            w[g * cout_g : (g + 1) * cout_g],
+            (strides,) * 2,
+            pads,
+        )
         for g in range(groups)
     ]
     return np.concatenate(parts, axis=1)

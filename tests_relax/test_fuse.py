@@ -10,7 +10,7 @@ from tvm import relax
 
 import tvm_fuse.relax as tfr
 from helpers import module, op_names, run, tensor_var
-from reference import ACTIVATIONS, assert_close, conv2d_nhwc, sigmoid
+from reference import ACTIVATIONS, assert_close, conv2d_nhwc
 from tvm_fuse.relax.fuse import COMPOSITE, FuseConvBiasAct
 
 SHAPE = (1, 10, 10, 8)
@@ -18,7 +18,9 @@ CO = 16
 
 
 def _conv(x, w):
-    return relax.op.nn.conv2d(x, relax.const(w), padding=1, data_layout="NHWC", kernel_layout="HWIO")
+    return relax.op.nn.conv2d(
+        x, relax.const(w), padding=1, data_layout="NHWC", kernel_layout="HWIO"
+    )
 
 
 #: Relax form of each activation (as importers and users write them)
@@ -53,7 +55,15 @@ def test_each_epilogue_is_fused_and_matches_numpy(form, residual, rng, target):
         y = bb.emit(_conv(data, w))
         y = bb.emit(relax.op.add(y, relax.const(b.reshape(1, 1, 1, CO))))
         if residual:  # a residual computed by another conv
-            shortcut = bb.emit(relax.op.nn.conv2d(data, relax.const(np.tile(w2, (1, 1, 1, 2))), padding=1, data_layout="NHWC", kernel_layout="HWIO"))
+            shortcut = bb.emit(
+                relax.op.nn.conv2d(
+                    data,
+                    relax.const(np.tile(w2, (1, 1, 1, 2))),
+                    padding=1,
+                    data_layout="NHWC",
+                    kernel_layout="HWIO",
+                )
+            )
             y = bb.emit(relax.op.add(shortcut, y))
         return FORMS[form](bb, y)
 
@@ -150,8 +160,22 @@ def test_the_same_spec_twice_shares_one_kernel(rng, target):
 
     def body(bb, data):
         y = bb.emit(relax.op.nn.relu(bb.emit(_conv(data, w))))
-        y = bb.emit(relax.op.nn.relu(bb.emit(relax.op.nn.conv2d(y, relax.const(w2), padding=1, data_layout="NHWC", kernel_layout="HWIO"))))
-        return relax.op.nn.relu(bb.emit(relax.op.nn.conv2d(y, relax.const(w2 * 0.5), padding=1, data_layout="NHWC", kernel_layout="HWIO")))
+        y = bb.emit(
+            relax.op.nn.relu(
+                bb.emit(
+                    relax.op.nn.conv2d(
+                        y, relax.const(w2), padding=1, data_layout="NHWC", kernel_layout="HWIO"
+                    )
+                )
+            )
+        )
+        return relax.op.nn.relu(
+            bb.emit(
+                relax.op.nn.conv2d(
+                    y, relax.const(w2 * 0.5), padding=1, data_layout="NHWC", kernel_layout="HWIO"
+                )
+            )
+        )
 
     optimized = tfr.optimize(module([tensor_var("data", SHAPE)], body), target=target)
     names = op_names(optimized)

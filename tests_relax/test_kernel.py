@@ -125,7 +125,9 @@ def test_kernels_are_scheduled_parallel_and_vectorized(case, packed):
     text = func.script()
     assert "T.parallel" in text and "T.vectorized" in text
     assert kernel.spec_of(func) == spec
-    assert str(func.attrs["tvm_fuse.kernel"]) == (kernel.FAST_NAME if packed else kernel.GENERIC_NAME)
+    assert str(func.attrs["tvm_fuse.kernel"]) == (
+        kernel.FAST_NAME if packed else kernel.GENERIC_NAME
+    )
 
 
 @pytest.mark.parametrize("case", ["seed_s2", "ragged_co", "small_7x7", "1x1"])

@@ -6,7 +6,6 @@ built by ``tvm_fuse.relax``, run with ``relax.VirtualMachine`` and compared with
 within 1e-4 of max |reference|.
 """
 
-import numpy as np
 import onnx
 import pytest
 import tvm
@@ -52,10 +51,18 @@ def test_seed_example_matches_onnxruntime(seed_path, rng, target):
     assert spec.strides == (2, 2) and spec.padding == (1, 1, 1, 1)
     assert spec.data.shape == (1, 56, 56, 64) and spec.out.shape == (1, 28, 28, 128)
     lanes = compat.simd_lanes(target)
-    assert spec.weight.layout == f"OHWI{lanes}o" and spec.weight.shape == (128 // lanes, 3, 3, 64, lanes)
+    assert spec.weight.layout == f"OHWI{lanes}o" and spec.weight.shape == (
+        128 // lanes,
+        3,
+        3,
+        64,
+        lanes,
+    )
 
 
-def test_residual_block_matches_onnxruntime_with_transposes_at_the_boundaries(block_path, rng, target):
+def test_residual_block_matches_onnxruntime_with_transposes_at_the_boundaries(
+    block_path, rng, target
+):
     mod = from_onnx(onnx.load(block_path), keep_params_in_input=False)
     optimized = tfr.optimize(mod, target=target)
     names = op_names(optimized)
@@ -85,7 +92,11 @@ def test_params_given_apart_are_bound(block_path, rng, target):
 
 def test_pipeline_inside_a_users_sequential(block_path, rng, target):
     mod = from_onnx(onnx.load(block_path), keep_params_in_input=False)
-    passes = [relax.transform.Normalize(), tfr.pipeline(target), relax.transform.DeadCodeElimination()]
+    passes = [
+        relax.transform.Normalize(),
+        tfr.pipeline(target),
+        relax.transform.DeadCodeElimination(),
+    ]
     optimized = tvm.transform.Sequential(passes)(mod)
     assert tfr.describe(optimized) == tfr.describe(tfr.optimize(mod, target=target))
     assert len(tfr.describe(optimized)) == 2
@@ -94,11 +105,15 @@ def test_pipeline_inside_a_users_sequential(block_path, rng, target):
 
 
 def test_default_build_pipeline_leaves_the_kernels_as_scheduled(seed_path, target):
-    optimized = tfr.optimize(from_onnx(onnx.load(seed_path), keep_params_in_input=False), target=target)
+    optimized = tfr.optimize(
+        from_onnx(onnx.load(seed_path), keep_params_in_input=False), target=target
+    )
     before = {gv.name_hint: f for gv, f in optimized.functions_items() if kernel.spec_of(f)}
     with target:
         after = relax.get_pipeline("default")(optimized)
-    kernels = {gv.name_hint: f for gv, f in after.functions_items() if isinstance(f, compat.PrimFunc)}
+    kernels = {
+        gv.name_hint: f for gv, f in after.functions_items() if isinstance(f, compat.PrimFunc)
+    }
     assert before and set(before) <= set(kernels)
     for name, func in before.items():
         tvm.ir.assert_structural_equal(kernels[name].body, func.body)

@@ -137,7 +137,11 @@ def conv_bn_act(
         nodes,
         "tvm_fuse_conv_bn_act",
         [helper.make_tensor_value_info("data", TensorProto.FLOAT, list(data_shape))],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [data_shape[0], channels, "H", "W"])],
+        [
+            helper.make_tensor_value_info(
+                "out", TensorProto.FLOAT, [data_shape[0], channels, "H", "W"]
+            )
+        ],
         initializer=inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
@@ -191,7 +195,11 @@ def resnet(
         pads = [k // 2] * 4
         nodes.append(
             helper.make_node(
-                "Conv", [x, f"{name}_w"], [f"{name}_c"], kernel_shape=[k, k], strides=[stride] * 2,
+                "Conv",
+                [x, f"{name}_w"],
+                [f"{name}_c"],
+                kernel_shape=[k, k],
+                strides=[stride] * 2,
                 pads=pads,
             )
         )
@@ -204,7 +212,9 @@ def resnet(
 
     x = conv_bn("data", "stem", 3, 64, 7, 2, relu=True)
     nodes.append(
-        helper.make_node("MaxPool", [x], ["pool"], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4)
+        helper.make_node(
+            "MaxPool", [x], ["pool"], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4
+        )
     )
     x, cin = "pool", 64
     blocks, bottleneck = RESNET_DEPTHS[depth]

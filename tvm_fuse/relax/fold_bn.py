@@ -105,7 +105,11 @@ def _bias_vector(chain: Chain) -> np.ndarray | None:
     if value is None or value.size not in (1, channels):
         return None
     axis = out_layout.index("C") - len(out_layout)  # from the right, as broadcasting aligns
-    if value.size == channels and value.ndim and value.shape[axis if value.ndim >= -axis else 0] != channels:
+    if (
+        value.size == channels
+        and value.ndim
+        and value.shape[axis if value.ndim >= -axis else 0] != channels
+    ):
         return None
     return np.broadcast_to(value.reshape(-1), (channels,)).astype(value.dtype)
 

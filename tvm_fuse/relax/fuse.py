@@ -135,7 +135,6 @@ class Chain:
 
     def __init__(self, func):
         bindings = [b for block in func.body.blocks for b in block.bindings]
-        values = {b.var: b.value for b in bindings}
         conv = next(b.value for b in bindings if _op_name(b.value) == "relax.nn.conv2d")
         self.data, self.weight = conv.args[0], conv.args[1]
         self.bias = self.residual = None
@@ -148,12 +147,15 @@ class Chain:
                 continue
             if name == "relax.add":
                 other = next(a for a in value.args if not a.same_as(current))
-                if self.bias is None and self.residual is None and compat.tensor_shape(other) != out_shape:
+                # the first add of a per-channel operand is the bias (FuseConvBiasAct's pattern:
+                # a constant); an output-shaped one is the residual (on a 1x1 map both are)
+                first = self.bias is None and self.residual is None
+                if first and compat.tensor_shape(other) != out_shape:
                     self.bias = other
                 else:
                     self.residual = other
             elif name != "relax.sigmoid" or not _silu_gate(binding.var, bindings):
-                self.activation = _activation_name(value, values)
+                self.activation = _activation_name(value)
                 if name == "relax.nn.leakyrelu":
                     self.alpha = float(value.attrs.alpha)
             current = binding.var
@@ -181,7 +183,7 @@ def _silu_gate(var, bindings) -> bool:
     return any(_op_name(b.value) == "relax.multiply" and _uses(b.value, var) for b in bindings)
 
 
-def _activation_name(value, values) -> str:
+def _activation_name(value) -> str:
     name = _op_name(value)
     return {
         "relax.nn.relu": "relu",

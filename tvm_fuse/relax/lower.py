@@ -116,7 +116,12 @@ def _is_exit_transpose(call) -> bool:
         return False
     axes = call.attrs.axes
     shape = compat.tensor_shape(call.args[0])
-    return axes is not None and [int(a) for a in axes] == [0, 3, 1, 2] and shape is not None and len(shape) == 4
+    return (
+        axes is not None
+        and [int(a) for a in axes] == [0, 3, 1, 2]
+        and shape is not None
+        and len(shape) == 4
+    )
 
 
 def _is_composite(func) -> bool:
