@@ -117,3 +117,28 @@ def test_default_build_pipeline_leaves_the_kernels_as_scheduled(seed_path, targe
     assert before and set(before) <= set(kernels)
     for name, func in before.items():
         tvm.ir.assert_structural_equal(kernels[name].body, func.body)
+
+
+def test_unbound_weights_are_packed_by_relax_ops_at_run_time(block_path, rng, target):
+    """Weights left as inputs of ``main``: nothing to fold, the convs still fuse, their weights
+    are packed by Relax ops in the graph (Co 16 on AVX2 and AVX-512 alike: 16 is whole)."""
+    mod = from_onnx(onnx.load(block_path), keep_params_in_input=True)
+    mod, detached = relax.frontend.detach_params(mod)
+    optimized = tfr.optimize(mod, target=target)
+    assert "relax.nn.batch_norm" in op_names(optimized)  # not constants: not folded
+    assert len(tfr.describe(optimized)) == 2
+    assert "relax.permute_dims" in op_names(optimized)[1:]  # the packing, in the graph
+    x = _input(block_path, rng)
+    got = run(tfr.build(mod, target=target), x, *[p.numpy() for p in detached["main"]])
+    assert_close(got, _onnx_reference(block_path, x))
+
+
+def test_unbound_ragged_weight_is_padded_by_relax_ops(tmp_path, rng, target):
+    path = onnx_example.conv_bn_act(tmp_path / "c20.onnx", (1, 8, 12, 12), channels=20, strides=1)
+    mod = from_onnx(onnx.load(path), keep_params_in_input=True)
+    mod, detached = relax.frontend.detach_params(mod)
+    (spec,) = tfr.describe(tfr.optimize(mod, target=target))
+    assert spec.out_channels == 20 and spec.weight.shape[0] * spec.weight.shape[4] >= 24
+    x = _input(path, rng)
+    got = run(tfr.build(mod, target=target), x, *[p.numpy() for p in detached["main"]])
+    assert_close(got, _onnx_reference(path, x))
