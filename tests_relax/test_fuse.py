@@ -11,6 +11,7 @@ from tvm import relax
 import tvm_fuse.relax as tfr
 from helpers import module, op_names, run, tensor_var
 from reference import ACTIVATIONS, assert_close, conv2d_nhwc
+from tvm_fuse.relax import kernel, strategy
 from tvm_fuse.relax.fuse import COMPOSITE, FuseConvBiasAct
 
 SHAPE = (1, 10, 10, 8)
@@ -180,3 +181,28 @@ def test_the_same_spec_twice_shares_one_kernel(rng, target):
     optimized = tfr.optimize(module([tensor_var("data", SHAPE)], body), target=target)
     names = op_names(optimized)
     assert len(names) == 3 and len(set(names)) == 2, names
+
+
+def test_tiny_output_runs_the_scheduled_generic_kernel(rng, target):
+    """Below 64 outputs per core the fast kernel refuses (as in the Relay backend): the fused
+    call keeps its HWIO weight and runs the generic kernel, scheduled, and right."""
+    shape, w = (1, 3, 3, 8), rng.uniform(-0.5, 0.5, (3, 3, 8, 8)).astype("float32")
+
+    def body(bb, data):
+        conv = relax.op.nn.conv2d(
+            data, relax.const(w), padding=1, data_layout="NHWC", kernel_layout="HWIO"
+        )
+        return relax.op.nn.relu(bb.emit(conv))
+
+    optimized = tfr.optimize(module([tensor_var("data", shape)], body), target=target)
+    (spec,) = tfr.describe(optimized)
+    assert spec.weight.layout == "HWIO" and "tiny" in strategy.fast_path_refusal(spec, target)
+    kernels = [f for _, f in optimized.functions_items() if kernel.spec_of(f) is not None]
+    assert str(kernels[0].attrs["tvm_fuse.kernel"]) == kernel.GENERIC_NAME
+    assert "T.parallel" in kernels[0].script()
+    x = rng.standard_normal(shape).astype("float32")
+    assert_close(
+        run(tfr.build(module([tensor_var("data", shape)], body), target=target), x),
+        np.maximum(conv2d_nhwc(x, w, padding=(1,) * 4), 0),
+        rel=1e-5,
+    )
