@@ -16,16 +16,19 @@ def main(venv: str) -> int:
     if not where.is_relative_to(Path(venv).resolve()):
         print(f"check_install: imported {where}, not the copy installed in {venv}")
         return 1
+    from tvm_fuse import backend  # pylint: disable=import-outside-toplevel
+
     names = ["tvm_fuse"] + [
         info.name
         for info in pkgutil.walk_packages(tvm_fuse.__path__, "tvm_fuse.")
         if not info.name.endswith("__main__")  # those run a command
+        and backend.importable(info.name)  # tvm_fuse.relax.* needs apache-tvm
     ]
     for name in names:
         importlib.import_module(name)
     packages = sorted(n for n in names if hasattr(sys.modules[n], "__path__"))
     print(f"check_install: {len(names)} modules from {where.parent}; packages: {packages}")
-    for needed in ("tvm_fuse.tuning", "tvm_fuse.schedules", "tvm_fuse.bench"):
+    for needed in ("tvm_fuse.tuning", "tvm_fuse.schedules", "tvm_fuse.bench", "tvm_fuse.relax"):
         if needed not in packages:
             print(f"check_install: {needed} is not installed")
             return 1

@@ -24,15 +24,14 @@ strategy never sends those here).
 
 import dataclasses
 
-from tvm import autotvm, te, topi
+from tvm import autotvm, te
 from tvm.autotvm.task.space import OtherOptionEntity, SplitEntity
 
 from ..spec import KernelSpec
-from . import packing, tiling
-from .epilogue import apply_epilogue
+from . import fused_te, packing, tiling
+from .fused_te import CONV_TAG
 
 NAME = "conv2d_nhwc_fused.x86"
-CONV_TAG = "conv2d_nhwc_fused_packed"
 #: Tag of the HWIO view of a packed weight that the template receives at build time.
 LOGICAL_WEIGHT_TAG = "conv2d_nhwc_fused_hwio_view"
 
@@ -143,52 +142,7 @@ def conv2d_nhwc_fused_x86(
 
 def _kernel(cfg, spec: KernelSpec, data, weight, bias, residual):
     """TE of the fast kernel on the packed ``weight``, with the knobs of ``cfg``."""
-    _, h, w, ci = spec.data.shape
-    kh, kw = spec.kernel_size
-    ho, wo = spec.out_hw
-    lanes, channels, out_dtype = spec.lanes, spec.out_channels, spec.out.dtype
-    co_vectors = spec.weight.shape[spec.weight.layout.index("O")]
-    (sh, sw), (dh, dw), (top, left, bottom, right) = spec.strides, spec.dilation, spec.padding
-    n = spec.data.shape[0]
-    owb, flat = cfg["owb"].val, cfg["flat"].val
-    wo_pad = wo if flat else -(-wo // owb) * owb
-    extra = max(0, (wo_pad - 1) * sw + (kw - 1) * dw + 1 - (w + left + right))
-    pad_after = [0, bottom, right + extra, 0]
-    if any((top, left, bottom, right + extra)):
-        data = topi.nn.pad(data, [0, top, left, 0], pad_after, name="data_pad")
-    ry = te.reduce_axis((0, kh), name="ry")
-    rx = te.reduce_axis((0, kw), name="rx")
-    rc = te.reduce_axis((0, ci), name="rc")
-
-    def product(b, y, x, c):
-        return data[b, y * sh + ry * dh, x * sw + rx * dw, rc].astype(out_dtype) * weight[
-            c // lanes, ry, rx, rc, c % lanes
-        ].astype(out_dtype)
-
-    if flat:  # one pixel axis p = y * Wo + x, padded to whole tiles (clamped: no extra rows);
-        # channels blocked [Co/VL, VL], so that the epilogue's demand covers whole vectors
-        pixels = ho * wo
-        shape = (n, -(-pixels // owb) * owb, co_vectors, lanes)
-
-        def element(b, p, cv, cl):
-            q = te.min(p, pixels - 1) if shape[1] != pixels else p
-            return te.sum(product(b, q // wo, q % wo, cv * lanes + cl), axis=[ry, rx, rc])
-
-        conv = te.compute(shape, element, name="conv", tag=CONV_TAG)
-        acc = te.compute(
-            (n, ho, wo, channels),
-            lambda b, y, x, c: conv[b, y * wo + x, c // lanes, c % lanes],
-            name="acc",
-        )
-    else:
-        conv = te.compute(
-            (n, ho, wo_pad, co_vectors * lanes),
-            lambda b, y, x, c: te.sum(product(b, y, x, c), axis=[ry, rx, rc]),
-            name="conv",
-            tag=CONV_TAG,
-        )
-        acc = te.compute((n, ho, wo, channels), lambda *i: conv(*i), name="acc")
-    return apply_epilogue(acc, bias, residual, spec.activation, spec.alpha)
+    return fused_te.compute(spec, data, weight, bias, residual, cfg["owb"].val, cfg["flat"].val)
 
 
 @autotvm.register_topi_schedule(NAME)

@@ -1,7 +1,7 @@
 """The fused kernel's epilogue as TE: bias, residual add and activation on the accumulator.
 
-Shared by every implementation of the fused op, so that the generic fallback and the fast
-schedule compute exactly the same function. Each step is element-wise, so a schedule can inline
+Shared by every implementation of the fused op, on both backends (Relay and Relax), so that the
+generic fallback and the fast schedule compute exactly the same function. Each step is element-wise, so a schedule can inline
 it into the store of the accumulator (it stays in registers).
 
 Each activation is the very expression TOPI computes for the op it replaces, so NaN and ±Inf
@@ -10,18 +10,24 @@ come out as stock TVM gives them: ``relu`` is ``max(x, 0)`` (NaN -> 0), ``relu6`
 ``x > 0`` (NaN stays NaN), ``sigmoid`` TE's intrinsic, ``silu`` Relay's ``x * sigmoid(x)``.
 """
 
-from tvm import te, tir, topi
+from tvm import te, topi
+
+try:  # TVM 0.19 (the Relay stack)
+    from tvm.tir import Select
+except ImportError:  # apache-tvm >= 0.26 (the Relax stack): TIR's expressions are in tvm.tirx
+    from tvm.tirx import Select
 
 
-def _activate(x, activation: str, alpha: float):
+def _activate(x, activation: str, alpha: float, dtype: str):
+    # dtype is the accumulator's: an expression's own dtype is spelled differently in each stack
     if activation == "none":
         return x
     if activation == "relu":
-        return te.max(x, te.const(0, x.dtype))
+        return te.max(x, te.const(0, dtype))
     if activation == "relu6":
-        return te.max(te.min(x, te.const(6, x.dtype)), te.const(0, x.dtype))
+        return te.max(te.min(x, te.const(6, dtype)), te.const(0, dtype))
     if activation == "leaky_relu":
-        return tir.Select(x > te.const(0, x.dtype), x, x * te.const(alpha, x.dtype))
+        return Select(x > te.const(0, dtype), x, x * te.const(alpha, dtype))
     if activation == "sigmoid":
         return te.sigmoid(x)
     if activation == "silu":
@@ -43,6 +49,6 @@ def apply_epilogue(acc, bias=None, residual=None, activation="none", alpha=0.0):
             x = x + bias[c]
         if residual is not None:
             x = x + residual[n, h, w, c]
-        return _activate(x, activation, alpha)
+        return _activate(x, activation, alpha, acc.dtype)
 
     return te.compute(acc.shape, element, name="epilogue", tag=topi.tag.ELEMWISE)

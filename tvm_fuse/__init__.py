@@ -7,6 +7,7 @@ does) imports no TVM and leaves the process environment alone. How the pieces fi
 """
 
 import importlib
+import importlib.util
 
 from . import interrupts
 from .lazy import lazy_exports
@@ -30,7 +31,11 @@ __all__ = sorted(_EXPORTS)
 
 def _register() -> None:
     """Register the fused op and its strategy, and the tuning layer's log checker (which
-    ``build(..., tuning_records=...)`` uses through ``tvm_fuse.dispatch``)."""
+    ``build(..., tuning_records=...)`` uses through ``tvm_fuse.dispatch``). Under the Relax stack
+    (apache-tvm, no ``tvm.relay``) there is nothing to register: its backend is
+    ``tvm_fuse.relax``."""
+    if importlib.util.find_spec("tvm.relay") is None:
+        return
     importlib.import_module(".strategy", __name__)
     importlib.import_module(".tuning.records", __name__)
 

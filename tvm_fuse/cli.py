@@ -1,9 +1,12 @@
 """The ``tvm-fuse`` command (also ``python -m tvm_fuse``).
 
-    tvm-fuse demo                                   the seed's conv+BN+ReLU through the pipeline
+    tvm-fuse demo [--backend relay|relax]           the seed's conv+BN+ReLU through the pipeline
     tvm-fuse compile MODEL.onnx [-o module.tar] [--target T] [--input-shapes S]
-                     [--tuning-records F]
-    tvm-fuse explain MODEL.onnx [--input-shapes S] [--target T]
+                     [--tuning-records F] [--backend relay|relax]
+    tvm-fuse explain MODEL.onnx [--input-shapes S] [--target T] [--backend relay|relax]
+
+``--backend`` defaults to the one the installed TVM has (TVM 0.19: Relay; apache-tvm: Relax,
+``tvm_fuse.relax``); on Relax, ``compile`` writes a Relax VM library (default ``module.so``).
     tvm-fuse tune MODEL.onnx -o LOG [--trials N] [--rpc-tracker HOST:PORT --rpc-key KEY]
     tvm-fuse bench [layers|models|tuning|zoo|peak|all] [--quick] [--results DIR] [--json PATH]
     tvm-fuse tvmc ARGS...                           stock tvmc with the tvm_fuse composite target
@@ -26,7 +29,13 @@ import time
 from pathlib import Path
 
 from .bench import RESULTS
-from .cli_options import add_algorithm_options, add_model_options, add_verbosity, apply_verbosity
+from .cli_options import (
+    add_algorithm_options,
+    add_backend_option,
+    add_model_options,
+    add_verbosity,
+    apply_verbosity,
+)
 from .errors import UserError
 from .progress import Progress
 from .tuning.cli import add_cli as add_tune_cli
@@ -54,13 +63,51 @@ class _Parser(argparse.ArgumentParser):
 
 
 # -- the commands ----------------------------------------------------------------------------
-def _demo(_args, _extra) -> int:
+def _relax_backend(args) -> bool:
+    """Whether the command runs on the Relax backend (``--backend``, else the installed TVM's);
+    a backend the installed TVM lacks is a user error."""
+    from . import backend  # pylint: disable=import-outside-toplevel
+
+    installed = backend.installed()
+    wanted = getattr(args, "backend", None) or installed
+    if wanted != installed:
+        needs = {"relay": "TVM 0.19 (xtc-tvm-python-bindings)", "relax": "apache-tvm 0.27"}
+        raise UserError(
+            f"--backend {wanted} needs {needs[wanted]}, but this environment has the {installed} "
+            f"stack; the Relax backend's venv is made by .ci/relax-env DIR"
+        )
+    return wanted == "relax"
+
+
+def _demo(args, _extra) -> int:
+    if _relax_backend(args):
+        from .relax import commands  # pylint: disable=import-outside-toplevel
+
+        return commands.demo()
     from . import demo  # pylint: disable=import-outside-toplevel
 
     return demo.main()
 
 
+def _compile_relax(args) -> int:
+    from .relax import commands  # pylint: disable=import-outside-toplevel
+
+    if args.tuning_records or args.algorithm != "auto" or args.precision != "default":
+        raise UserError("--tuning-records, --algorithm and --precision are the Relay backend's")
+    output = commands.DEFAULT_LIBRARY if args.output == DEFAULT_PACKAGE else args.output
+    if Path(output).resolve() == Path(args.model).resolve():
+        raise UserError(f"-o {output} would overwrite the model")
+    commands.compile_onnx(args.model, output, args.target, args.input_shapes)
+    print(
+        f"wrote {output}: a Relax VM library; run it with relax.VirtualMachine("
+        f"tvm.runtime.load_module({output!r}), tvm.cpu())"
+    )
+    return 0
+
+
 def _compile(args, _extra) -> int:
+    if _relax_backend(args):
+        return _compile_relax(args)
     from . import package  # pylint: disable=import-outside-toplevel
 
     apply_verbosity(args, package.QUIET_LOGGERS)
@@ -84,6 +131,13 @@ def _compile(args, _extra) -> int:
 
 
 def _explain(args, _extra) -> int:
+    if _relax_backend(args):
+        from .relax import commands  # pylint: disable=import-outside-toplevel
+
+        mod = commands.load(args.model, args.input_shapes)
+        print(f"model: {args.model}")
+        print(commands.explain(mod, commands.target_of(args.target)))
+        return 0
     from . import explain, package, user_inputs  # pylint: disable=import-outside-toplevel
 
     apply_verbosity(args, package.QUIET_LOGGERS)
@@ -181,6 +235,7 @@ def parser() -> argparse.ArgumentParser:
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = commands.add_parser("demo", help="take the seed's conv+BN+ReLU through the pipeline")
+    add_backend_option(demo)
     demo.set_defaults(run=_demo)
 
     compile_ = commands.add_parser("compile", help="compile an ONNX model into a tvmc package")
@@ -198,12 +253,14 @@ def parser() -> argparse.ArgumentParser:
         "--force", action="store_true", help="replace an existing -o file of any kind"
     )
     compile_.add_argument("--tuning-records", metavar="PATH", help="AutoTVM tuning log")
+    add_backend_option(compile_)
     compile_.set_defaults(run=_compile)
 
     explain = commands.add_parser("explain", help="what tvm_fuse fuses in a model, and why not")
     add_model_options(explain)
     add_algorithm_options(explain)
     explain.add_argument("--no-memory", action="store_true", help="skip the memory plan")
+    add_backend_option(explain)
     explain.set_defaults(run=_explain)
 
     bench = commands.add_parser(

@@ -67,3 +67,13 @@ def apply_verbosity(args, loggers) -> None:
         logging.basicConfig(level=level, format="%(name)s: %(levelname)s: %(message)s")
     for name in loggers:
         logging.getLogger(name).setLevel(level)
+
+
+def add_backend_option(command: argparse.ArgumentParser) -> None:
+    """``--backend``: Relay (TVM 0.19) or Relax (apache-tvm 0.27); default: the installed TVM's."""
+    command.add_argument(
+        "--backend",
+        choices=["relay", "relax"],
+        help="relay (TVM 0.19) or relax (apache-tvm 0.27, tvm_fuse.relax); default: the one the "
+        "installed TVM has",
+    )

@@ -79,3 +79,179 @@ def residual_block(
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
     return str(path)
+
+
+#: ONNX activation nodes by the name a KernelSpec carries (``spec.ACTIVATIONS``)
+ONNX_ACTIVATIONS = {
+    "none": None,
+    "relu": ("Relu", {}),
+    "relu6": ("Clip", {}),  # min 0 and max 6 as inputs (opset 13)
+    "leaky_relu": ("LeakyRelu", {"alpha": 0.1}),
+    "sigmoid": ("Sigmoid", {}),
+    "silu": ("Sigmoid", {}),  # x * Sigmoid(x)
+}
+
+
+def conv_bn_act(
+    path,
+    data_shape=(1, 64, 56, 56),
+    channels=128,
+    kernel=3,
+    strides=2,
+    padding=1,
+    dilation=1,
+    groups=1,
+    conv_bias=False,
+    activation="relu",
+    epsilon=1e-5,
+    seed=0,
+) -> str:
+    """Write ``Conv -> BatchNormalization -> activation`` (NCHW, float32, seeded) to ``path``.
+
+    The defaults are the seed example of ``docs/architecture.md``: ``[1,64,56,56] -> conv 3x3
+    stride 2 pad 1 (128) -> BatchNorm -> ReLU``. Its input is ``data``, its output ``out``."""
+    rng = np.random.default_rng(seed)
+    cin = data_shape[1]
+
+    def tensor(name, shape, low=-0.5, high=0.5):
+        return numpy_helper.from_array(rng.uniform(low, high, shape).astype("float32"), name)
+
+    inits = [tensor("w", (channels, cin // groups, kernel, kernel), -0.3, 0.3)]
+    inits += [tensor("gamma", (channels,), 0.5, 1.5), tensor("beta", (channels,))]
+    inits += [tensor("mean", (channels,)), tensor("var", (channels,), 0.5, 2.0)]
+    conv_inputs = ["data", "w"]
+    if conv_bias:
+        inits.append(tensor("b", (channels,)))
+        conv_inputs.append("b")
+    conv = dict(kernel_shape=[kernel] * 2, pads=[padding] * 4, strides=[strides] * 2)
+    nodes = [
+        helper.make_node(
+            "Conv", conv_inputs, ["c"], dilations=[dilation] * 2, group=groups, **conv
+        ),
+        helper.make_node(
+            "BatchNormalization", ["c", "gamma", "beta", "mean", "var"], ["n"], epsilon=epsilon
+        ),
+    ]
+    nodes += _activation_nodes(activation, "n", "out", inits)
+    graph = helper.make_graph(
+        nodes,
+        "tvm_fuse_conv_bn_act",
+        [helper.make_tensor_value_info("data", TensorProto.FLOAT, list(data_shape))],
+        [
+            helper.make_tensor_value_info(
+                "out", TensorProto.FLOAT, [data_shape[0], channels, "H", "W"]
+            )
+        ],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return str(path)
+
+
+def _activation_nodes(activation, x, y, inits) -> list[onnx.NodeProto]:
+    if activation == "none":
+        return [helper.make_node("Identity", [x], [y])]
+    op, attrs = ONNX_ACTIVATIONS[activation]
+    if activation == "relu6":
+        inits += [numpy_helper.from_array(np.float32(v), n) for n, v in (("lo", 0), ("hi", 6))]
+        return [helper.make_node("Clip", [x, "lo", "hi"], [y])]
+    if activation == "silu":
+        return [helper.make_node(op, [x], ["gate"]), helper.make_node("Mul", [x, "gate"], [y])]
+    return [helper.make_node(op, [x], [y], **attrs)]
+
+
+def resnet18(path, batch: int = 1, size: int = 224, classes: int = 1000, seed: int = 0) -> str:
+    """:func:`resnet` of depth 18."""
+    return resnet(path, 18, batch, size, classes, seed)
+
+
+#: blocks per stage and whether they are bottlenecks, by depth
+RESNET_DEPTHS = {18: ((2, 2, 2, 2), False), 50: ((3, 4, 6, 3), True)}
+
+
+def resnet(
+    path, depth: int = 18, batch: int = 1, size: int = 224, classes: int = 1000, seed: int = 0
+) -> str:
+    """Write a ResNet-18 or -50 (v1, torchvision's layout) with random weights and random
+    BatchNorm statistics to ``path``, BatchNormalization nodes kept (as an export without
+    constant folding gives them), so that an importer hands the backend real BNs to fold. Input
+    ``data`` ``[batch, 3, size, size]``, output ``logits``."""
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+
+    def conv_bn(x, name, cin, cout, k, stride, relu):
+        w = rng.standard_normal((cout, cin, k, k)) * np.sqrt(1.0 / (cin * k * k))
+        inits.append(numpy_helper.from_array(w.astype("float32"), f"{name}_w"))
+        stats = {
+            "gamma": rng.uniform(0.5, 1.0, cout),
+            "beta": rng.uniform(-0.2, 0.2, cout),
+            "mean": rng.uniform(-0.2, 0.2, cout),
+            "var": rng.uniform(0.5, 2.0, cout),
+        }
+        for key, value in stats.items():
+            inits.append(numpy_helper.from_array(value.astype("float32"), f"{name}_{key}"))
+        pads = [k // 2] * 4
+        nodes.append(
+            helper.make_node(
+                "Conv",
+                [x, f"{name}_w"],
+                [f"{name}_c"],
+                kernel_shape=[k, k],
+                strides=[stride] * 2,
+                pads=pads,
+            )
+        )
+        bn_inputs = [f"{name}_c"] + [f"{name}_{key}" for key in stats]
+        nodes.append(helper.make_node("BatchNormalization", bn_inputs, [f"{name}_n"], epsilon=1e-5))
+        if not relu:
+            return f"{name}_n"
+        nodes.append(helper.make_node("Relu", [f"{name}_n"], [f"{name}_r"]))
+        return f"{name}_r"
+
+    x = conv_bn("data", "stem", 3, 64, 7, 2, relu=True)
+    nodes.append(
+        helper.make_node(
+            "MaxPool", [x], ["pool"], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4
+        )
+    )
+    x, cin = "pool", 64
+    blocks, bottleneck = RESNET_DEPTHS[depth]
+    for stage, (width, count) in enumerate(zip((64, 128, 256, 512), blocks)):
+        cout = width * 4 if bottleneck else width
+        for block in range(count):
+            stride = 2 if stage > 0 and block == 0 else 1
+            name = f"s{stage}b{block}"
+            if bottleneck:
+                y = conv_bn(x, f"{name}_1", cin, width, 1, 1, relu=True)
+                y = conv_bn(y, f"{name}_2", width, width, 3, stride, relu=True)
+                y = conv_bn(y, f"{name}_3", width, cout, 1, 1, relu=False)
+            else:
+                y = conv_bn(x, f"{name}_1", cin, cout, 3, stride, relu=True)
+                y = conv_bn(y, f"{name}_2", cout, cout, 3, 1, relu=False)
+            shortcut = x
+            if stride != 1 or cin != cout:
+                shortcut = conv_bn(x, f"{name}_down", cin, cout, 1, stride, relu=False)
+            nodes.append(helper.make_node("Add", [y, shortcut], [f"{name}_sum"]))
+            nodes.append(helper.make_node("Relu", [f"{name}_sum"], [f"{name}_out"]))
+            x, cin = f"{name}_out", cout
+    fc_w = rng.standard_normal((classes, cin)) * np.sqrt(1.0 / cin)
+    inits.append(numpy_helper.from_array(fc_w.astype("float32"), "fc_w"))
+    inits.append(numpy_helper.from_array(np.zeros(classes, "float32"), "fc_b"))
+    nodes += [
+        helper.make_node("GlobalAveragePool", [x], ["gap"]),
+        helper.make_node("Flatten", ["gap"], ["flat"]),
+        helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        f"tvm_fuse_resnet{depth}",
+        [helper.make_tensor_value_info("data", TensorProto.FLOAT, [batch, 3, size, size])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, classes])],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return str(path)

@@ -1,0 +1,66 @@
+"""``tvm-fuse demo|compile|explain`` on the Relax backend (apache-tvm is the installed TVM)."""
+
+import numpy as np
+import onnx
+import pytest
+import tvm
+from onnx import TensorProto, helper, numpy_helper
+from tvm import relax
+
+from reference import assert_close
+from tvm_fuse import cli, onnx_example
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def test_compile_writes_a_library_that_runs_right(tmp_path, rng, capsys):
+    model = onnx_example.residual_block(tmp_path / "block.onnx")
+    out = tmp_path / "block.so"
+    assert cli.main(["compile", model, "-o", str(out), "--target", "llvm -mcpu=native"]) == 0
+    assert "relax.VirtualMachine" in capsys.readouterr().out
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(out)), tvm.cpu())
+    x = rng.standard_normal((1, 3, 16, 16)).astype("float32")
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"data": x})[0]
+    assert_close(vm["main"](tvm.runtime.tensor(x)).numpy(), want)
+
+
+def _grouped_model(path):
+    w = numpy_helper.from_array(np.ones((8, 2, 3, 3), "float32"), "w")
+    nodes = [
+        helper.make_node("Conv", ["data", "w"], ["c"], group=4, pads=[1] * 4, kernel_shape=[3, 3]),
+        helper.make_node("Relu", ["c"], ["out"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "grouped",
+        [helper.make_tensor_value_info("data", TensorProto.FLOAT, [1, 8, 10, 10])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 8, 10, 10])],
+        initializer=[w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.save(model, str(path))
+    return str(path)
+
+
+def test_explain_prints_kernels_and_the_reasons_for_what_is_left(tmp_path, capsys):
+    seed = onnx_example.conv_bn_act(tmp_path / "seed.onnx")
+    assert cli.main(["explain", seed, "--backend", "relax"]) == 0
+    out = capsys.readouterr().out
+    assert "fused kernels: 1" in out and "conv2d + bias + relu" in out
+    assert "conv2d_nhwc_fused.x86" in out and "layout transposes left: 2" in out
+    assert cli.main(["explain", _grouped_model(tmp_path / "g.onnx")]) == 0
+    out = capsys.readouterr().out
+    assert "fused kernels: 0" in out and "conv2d not fused: grouped (groups=4)" in out
+
+
+def test_demo_checks_itself(capsys):
+    assert cli.main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "after LowerFusedConv" in out and "call_tir(tvm_fuse_conv2d_nhwc_fused_0)" in out
+
+
+def test_relay_backend_is_a_one_line_error_here(tmp_path, capsys):
+    seed = onnx_example.conv_bn_act(tmp_path / "seed.onnx")
+    assert cli.main(["compile", seed, "--backend", "relay"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs TVM 0.19" in err

@@ -1,0 +1,240 @@
+"""The Relax backend's kernel half: the fused kernel as a TensorIR schedule of the shared TE.
+
+``prim_func(spec)`` is the PrimFunc a fused call runs (``LowerFusedConv`` puts it into the module
+with ``call_tir``). Its computation is the Relay backend's, built by the same code:
+``schedules.fused_te`` on the packed ``OHWI{VL}o`` weight, or, when the weight stayed HWIO (the
+fast kernel refused the spec: ``fast_path_refusal``), ``schedules.generic`` (TOPI's NHWC conv);
+both end in ``schedules.epilogue``. The tiles are the tile model's (``schedules.tiling``), and the
+loop nests are the Relay schedule's, written with ``tvm.s_tir.Schedule``:
+
+- along Wo: (N, Co blocks, Ho) fused and parallel; at each Wo tile the conv's ``owb`` x ``ocb``
+  register tile (a ``local`` buffer) accumulates over (Kh, Kw, Ci), unrolled, the channel lanes
+  vectorized; the epilogue is applied to it on its single store; the padded input rows are
+  computed inside the parallel loop;
+- flat (small maps, ragged Co): the conv over (N, Co blocks, Ho*Wo tiles) in parallel, the tile
+  in a local cache, then a vectorized epilogue pass.
+
+The generic fallback is scheduled too (parallel rows, vectorized channels, the reduction outside
+a row of accumulators): never the default loop nest. The PrimFunc carries the spec as JSON
+(``SPEC_ATTR``) and says it is scheduled, so that Relax's default pipeline neither reschedules it
+nor fuses it with its neighbours.
+"""
+
+from __future__ import annotations
+
+from tvm import te
+
+from ..schedules import fused_te, generic, nhwc_to_nchw, tiling
+from ..spec import KernelSpec
+from . import compat
+
+#: PrimFunc attribute holding the KernelSpec as JSON
+SPEC_ATTR = "tvm_fuse.spec"
+FAST_NAME = "conv2d_nhwc_fused.x86"
+GENERIC_NAME = "conv2d_nhwc_fused.generic"
+#: Relax's TIR operator pattern "opaque": FuseOps leaves such a call alone
+OPAQUE = 8
+
+
+def prim_func(spec: KernelSpec, tiles: tiling.Tiles | None = None):
+    """The scheduled PrimFunc of ``spec``: the fast kernel on a packed weight (tiles: the
+    model's unless given), else the scheduled generic one on an HWIO weight."""
+    tensors = {
+        name: te.placeholder(getattr(spec, name).shape, getattr(spec, name).dtype, name=name)
+        for name in spec.argument_names
+    }
+    args = {"bias": None, "residual": None, **tensors}
+    if spec.lanes is None:
+        out = generic.compute(spec, **args)
+        func = te.create_prim_func([*tensors.values(), out])
+        sch = compat.Schedule(func)
+        _schedule_generic(sch, spec)
+        name = GENERIC_NAME
+    else:
+        tiles = tiles or tiling.tiles_for(spec)
+        out = fused_te.compute(spec, **args, owb=tiles.owb, flat=tiles.flat)
+        sch = compat.Schedule(te.create_prim_func([*tensors.values(), out]))
+        (_schedule_flat if tiles.flat else _schedule_rows)(sch, spec, tiles)
+        name = FAST_NAME
+    return sch.mod["main"].with_attrs(
+        {
+            SPEC_ATTR: spec.to_json(),
+            "tvm_fuse.kernel": name,
+            "tir.is_scheduled": True,
+            "op_pattern": OPAQUE,
+        }
+    )
+
+
+def exit_transpose(shape, dtype: str, lanes: int):
+    """The graph's exit transpose NHWC -> NCHW of a ``shape`` tensor as the Relay backend's
+    cache-blocked kernel (``schedules.nhwc_to_nchw``): parallel over (N, H), tiles of up to
+    ``lanes`` channels x ``lanes`` columns, the channels unrolled, the columns vectorized."""
+    data = te.placeholder(tuple(shape), dtype, name="data")
+    out = nhwc_to_nchw.compute(data)
+    sch = compat.Schedule(te.create_prim_func([data, out]))
+    block = sch.get_sblock("nhwc_to_nchw")
+    n, c, h, w = sch.get_loops(block)
+    c_blk, c_in = sch.split(c, [None, nhwc_to_nchw.tile_size(int(shape[3]), lanes)])
+    w_blk, w_in = sch.split(w, [None, nhwc_to_nchw.tile_size(int(shape[2]), lanes)])
+    sch.reorder(n, h, c_blk, w_blk, c_in, w_in)
+    sch.parallel(sch.fuse(n, h))
+    sch.unroll(c_in)
+    sch.vectorize(w_in)
+    attrs = {"tvm_fuse.kernel": nhwc_to_nchw.NAME, "tir.is_scheduled": True}
+    return sch.mod["main"].with_attrs(attrs)
+
+
+def spec_of(func) -> KernelSpec | None:
+    """The KernelSpec a PrimFunc of :func:`prim_func` carries, or None."""
+    attrs = func.attrs
+    if attrs is None or SPEC_ATTR not in attrs:
+        return None
+    return KernelSpec.from_json(str(attrs[SPEC_ATTR]))
+
+
+# -- schedules -----------------------------------------------------------------------------------
+def _blocks(sch):
+    return {sch.get(b).name_hint: b for b in sch.get_child_blocks(sch.get_sblock("root"))}
+
+
+def _output_block(sch, blocks):
+    return blocks["epilogue"] if "epilogue" in blocks else blocks["acc"]
+
+
+def _register_tile(sch, block, loops, tiles, lanes, split_lanes=True):
+    """``loops`` = (pixels, channels, ry, rx, rc) of the conv ``block`` (None: a loop of extent
+    1 that TIR left out): the reduction outside, the tile's pixels x channel vectors unrolled
+    (order: the model's ``vector_outer``), the lanes vectorized, then the accumulator's
+    initialisation split off."""
+    pixels, channels, *reduction = loops
+    if split_lanes:
+        c_vec, c_lane = sch.split(channels, [None, lanes])
+    else:
+        c_vec, c_lane = channels
+    tile = (c_vec, pixels) if tiles.vector_outer else (pixels, c_vec)
+    reduction = [r for r in reduction if r is not None]
+    sch.reorder(*reduction, *[l for l in tile if l is not None], c_lane)
+    for loop in tile:
+        if loop is not None:
+            sch.unroll(loop)
+    sch.vectorize(c_lane)
+    if reduction:
+        sch.decompose_reduction(block, reduction[0])
+
+
+def _tile_loops(sch, block, outer, extents):
+    """The loops of ``block`` inside the loop ``outer``, one per expected extent of ``extents``
+    (in order), None where an extent-1 loop is absent (TIR drops those in ``compute_at``)."""
+    loops = sch.get_loops(block)
+    at = [sch.get(l).same_as(sch.get(outer)) for l in loops].index(True)
+    inner = list(loops[at + 1 :])
+    found = []
+    for extent in extents:
+        if inner and int(sch.get(inner[0]).extent) == extent:
+            found.append(inner.pop(0))
+        elif extent == 1:
+            found.append(None)
+        else:
+            raise ValueError(f"tvm_fuse.relax kernel: no loop of extent {extent} in {inner}")
+    if inner:
+        raise ValueError(f"tvm_fuse.relax kernel: unexpected loops {inner}")
+    return found
+
+
+def _schedule_rows(sch, spec: KernelSpec, tiles: tiling.Tiles):
+    lanes = spec.lanes
+    blocks = _blocks(sch)
+    out = _output_block(sch, blocks)
+    if "epilogue" in blocks:
+        sch.compute_inline(blocks["acc"])
+    n, h, w, c = sch.get_loops(out)
+    c_blk, c_vec, c_lane = sch.split(c, [None, tiles.ocb, lanes])
+    w_blk, w_pix = sch.split(w, [None, tiles.owb])
+    sch.reorder(n, c_blk, h, w_blk, w_pix, c_vec, c_lane)
+    rows = sch.fuse(n, c_blk, h)
+    sch.parallel(rows)
+    sch.unroll(w_pix)
+    sch.unroll(c_vec)
+    sch.vectorize(c_lane)
+    conv = blocks["conv"]
+    sch.compute_at(conv, w_blk)
+    sch.set_scope(conv, 0, "local")
+    kh, kw = spec.kernel_size
+    extents = (1, 1, tiles.owb, tiles.ocb * lanes, kh, kw, spec.in_channels)
+    _, _, *loops = _tile_loops(sch, conv, w_blk, extents)
+    _register_tile(sch, conv, loops, tiles, lanes)
+    if "data_pad" in blocks:
+        sch.compute_at(blocks["data_pad"], rows)
+        _vectorize_innermost(sch, blocks["data_pad"], lanes)
+
+
+def _schedule_flat(sch, spec: KernelSpec, tiles: tiling.Tiles):
+    lanes = spec.lanes
+    blocks = _blocks(sch)
+    out = _output_block(sch, blocks)
+    if "epilogue" in blocks:
+        sch.compute_inline(blocks["acc"])
+    n, h, _, _ = sch.get_loops(out)
+    sch.parallel(sch.fuse(n, h))
+    _vectorize_innermost(sch, out, lanes)
+    local = blocks["conv"]  # accumulates in a local cache, copied out by ``conv``
+    conv = sch.cache_write(local, 0, "local")
+    b, p, cv, cl = sch.get_loops(conv)
+    p_blk, p_pix = sch.split(p, [None, tiles.owb])
+    c_blk, c_vec = sch.split(cv, [None, tiles.ocb])
+    sch.reorder(b, c_blk, p_blk, p_pix, c_vec, cl)
+    tile_loop = sch.fuse(b, c_blk, p_blk)
+    sch.parallel(tile_loop)
+    sch.vectorize(cl)
+    sch.compute_at(local, tile_loop)
+    kh, kw = spec.kernel_size
+    extents = (1, tiles.owb, tiles.ocb, lanes, kh, kw, spec.in_channels)
+    _, pix, vec, lane, *reduction = _tile_loops(sch, local, tile_loop, extents)
+    _register_tile(sch, local, (pix, (vec, lane), *reduction), tiles, lanes, split_lanes=False)
+    if "data_pad" in blocks:
+        pad = blocks["data_pad"]
+        pn, ph, _, _ = sch.get_loops(pad)
+        sch.parallel(sch.fuse(pn, ph))
+        _vectorize_innermost(sch, pad, lanes)
+
+
+def _vectorize_innermost(sch, block, lanes):
+    """Vectorize the innermost loop of ``block`` by whole vectors where it has them."""
+    inner = sch.get_loops(block)[-1]
+    extent = int(sch.get(inner).extent)
+    if extent % lanes == 0:
+        _, vec = sch.split(inner, [None, lanes])
+        sch.vectorize(vec)
+    elif extent <= 64:
+        sch.vectorize(inner)
+
+
+def _schedule_generic(sch, spec: KernelSpec):
+    """The fallback: NHWC conv (HWIO weight) rows in parallel, a row of accumulators in a local
+    buffer with the reduction outside it and 4 channels vectorized where Co has whole vectors of
+    4, the epilogue applied on the store, the padded rows computed in the parallel loop."""
+    blocks = _blocks(sch)
+    conv = next(b for name, b in blocks.items() if name.startswith(("conv2d_nhwc", "Conv2dOutput")))
+    out = list(blocks.values())[-1]
+    pads = [b for name, b in blocks.items() if "pad" in name.lower()]
+    n, h, *_ = sch.get_loops(out)
+    rows = sch.fuse(n, h)
+    sch.parallel(rows)
+    if not sch.get(out).same_as(sch.get(conv)):
+        sch.compute_at(conv, rows)
+        sch.set_scope(conv, 0, "local")
+        kh, kw = spec.kernel_size
+        extents = (1, 1, spec.out_hw[1], spec.out_channels, kh, kw, spec.in_channels)
+        _, _, x, c, *reduction = _tile_loops(sch, conv, rows, extents)
+        reduction = [r for r in reduction if r is not None]
+        sch.reorder(*reduction, *[l for l in (x, c) if l is not None])
+        if spec.out_channels % 4 == 0:
+            _, lane = sch.split(c, [None, 4])
+            sch.vectorize(lane)
+        if reduction:
+            sch.decompose_reduction(conv, reduction[0])
+    for pad in pads:
+        sch.compute_at(pad, rows)
+    if spec.out_channels % 4 == 0:
+        _vectorize_innermost(sch, out, 4)

@@ -1,0 +1,129 @@
+"""LowerFusedConv (Relax): every call of a ``tvm_fuse.conv2d_nhwc_fused`` composite -> ``call_tir``.
+
+Last pass of the Relax pipeline, after ``FuseConvBiasAct``. For each call it asks the meeting
+point (``relax.strategy.preferred_spec``) which weight layout the kernel for the composite's spec
+wants on the target, packs the weight there (a constant weight with NumPy,
+``schedules.packing.pack_hwio``; any other with Relax ops that ``FoldConstant`` folds once the
+weight is bound), flattens the bias to ``[Co]``, and calls the scheduled PrimFunc of
+``relax.kernel.prim_func`` (one per distinct spec), which carries the spec. The composite
+functions are dropped once no call is left. It refuses nothing: a spec the fast kernel does not
+take runs the scheduled generic kernel.
+
+It also gives the graph's NHWC -> NCHW transposes (``permute_dims(x, [0, 3, 1, 2])`` of a 4-D
+tensor of static shape, which ``ConvertLayoutNHWC`` leaves at the exit) the Relay backend's
+cache-blocked kernel (``kernel.exit_transpose``) on x86 LLVM targets: the default schedule walks
+the whole map once per channel (112x112x64: 1 ms, against a 3 ms conv).
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+from ..schedules import packing
+from . import compat, kernel, strategy
+from .fuse import COMPOSITE, Chain, spec_of_function
+
+
+def LowerFusedConv(target=None) -> tvm.transform.Pass:  # pylint: disable=invalid-name
+    """The pass, for ``target`` (None: the enclosing ``with target``, else this CPU)."""
+
+    @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.LowerFusedConv")
+    def lower(mod, _ctx):
+        lowered = _Lower(mod, compat.as_target(target)).run()
+        return relax.transform.DeadCodeElimination()(lowered)
+
+    return lower
+
+
+def _weight_arg(arg, lanes: int | None):
+    """The weight argument in the layout of ``lanes`` (None: HWIO as it is)."""
+    if lanes is None:
+        return arg
+    value = compat.constant_value(arg)
+    if value is not None:
+        return compat.constant(packing.pack_hwio(value, lanes))
+    kh, kw, ci, co = compat.tensor_shape(arg)
+    co_pad = packing.padded_channels(co, lanes)
+    if co_pad != co:
+        arg = relax.op.nn.pad(arg, [0, 0, 0, 0, 0, 0, 0, co_pad - co])
+    arg = relax.op.reshape(arg, (kh, kw, ci, co_pad // lanes, lanes))
+    return relax.op.permute_dims(arg, [3, 0, 1, 2, 4])
+
+
+def _bias_arg(arg, channels: int):
+    value = compat.constant_value(arg)
+    if value is not None:
+        return compat.constant(value.reshape(channels))
+    return relax.op.reshape(arg, (channels,))
+
+
+@relax.expr_functor.mutator
+class _Lower(relax.PyExprMutator):
+    def __init__(self, mod, target):
+        super().__init__(mod)
+        self.mod_, self.target = mod, target
+        self.kernels = {}  # spec JSON -> GlobalVar of its PrimFunc
+
+    def run(self):
+        for gv, func in list(self.mod_.functions_items()):
+            if isinstance(func, relax.Function) and not _is_composite(func):
+                self.builder_.update_func(gv, self.visit_expr(func))
+        return self.builder_.get()
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if _is_exit_transpose(call) and compat.is_x86_llvm(self.target):
+            return self._exit_transpose(call)
+        func = self.mod_[call.op] if isinstance(call.op, tvm.ir.GlobalVar) else None
+        if func is None or not _is_composite(func):
+            return call
+        spec = spec_of_function(func) or Chain(func).spec
+        wanted = strategy.preferred_spec(spec, self.target)
+        chain = Chain(func)
+        args = dict(zip([p.same_as for p in func.params], call.args))
+        by_param = lambda param: next(a for same, a in args.items() if same(param))  # noqa: E731
+        tensors = [by_param(chain.data), _weight_arg(by_param(chain.weight), wanted.lanes)]
+        if chain.bias is not None:
+            tensors.append(_bias_arg(by_param(chain.bias), spec.out_channels))
+        if chain.residual is not None:
+            tensors.append(by_param(chain.residual))
+        out = compat.TensorType(spec.out.shape, spec.out.dtype)
+        return relax.call_tir(self._kernel(wanted), tensors, out)
+
+    def _exit_transpose(self, call):
+        data = call.args[0]
+        shape, dtype = compat.tensor_shape(data), compat.tensor_dtype(data)
+        key = ("exit", shape, dtype)
+        if key not in self.kernels:
+            name = f"tvm_fuse_nhwc_to_nchw_{len(self.kernels)}"
+            func = kernel.exit_transpose(shape, dtype, compat.simd_lanes(self.target))
+            self.kernels[key] = self.builder_.add_func(func.with_attr("global_symbol", name), name)
+        n, h, w, c = shape
+        return relax.call_tir(self.kernels[key], [data], compat.TensorType((n, c, h, w), dtype))
+
+    def _kernel(self, spec):
+        key = spec.to_json()
+        if key not in self.kernels:
+            name = f"tvm_fuse_conv2d_nhwc_fused_{len(self.kernels)}"
+            func = kernel.prim_func(spec).with_attr("global_symbol", name)
+            self.kernels[key] = self.builder_.add_func(func, name)
+        return self.kernels[key]
+
+
+def _is_exit_transpose(call) -> bool:
+    if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.permute_dims"):
+        return False
+    axes = call.attrs.axes
+    shape = compat.tensor_shape(call.args[0])
+    return (
+        axes is not None
+        and [int(a) for a in axes] == [0, 3, 1, 2]
+        and shape is not None
+        and len(shape) == 4
+    )
+
+
+def _is_composite(func) -> bool:
+    attrs = func.attrs
+    return attrs is not None and str(attrs.get("Composite", "")) == COMPOSITE
