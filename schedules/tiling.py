@@ -86,6 +86,29 @@ def host_l2_bytes() -> int:
     return host_cache_bytes(2, DEFAULT_L2_BYTES)
 
 
+
+#: Below this many output values per core the fast kernel's launch and packing do not pay.
+MIN_OUTPUTS_PER_CORE = 64
+
+
+def fast_path_refusal(spec, target_name: str, is_x86_llvm: bool, cores: int) -> str | None:
+    """Why the fast kernel does not apply to ``spec`` (a ``KernelSpec``) on the target named
+    ``target_name``, or None when it does. Both backends' strategies ask this with their own
+    reading of the target. The fallback cases: a non-x86 or non-llvm target; a dtype other than
+    float32; a tiny output (fewer than MIN_OUTPUTS_PER_CORE values per core). Any Co and Ci are
+    covered: a Co that is not a multiple of VL is padded in the packed weight."""
+    if not is_x86_llvm:
+        return f"target {target_name} is not x86 llvm"
+    dtypes = {spec.data.dtype, spec.weight.dtype, spec.out.dtype}
+    if dtypes != {"float32"}:
+        return f"dtypes {sorted(dtypes)} are not float32"
+    outputs = 1
+    for dim in spec.out.shape:
+        outputs *= dim
+    if outputs < MIN_OUTPUTS_PER_CORE * max(1, cores):
+        return f"output {spec.out.shape} is tiny"
+    return None
+
 @dataclass(frozen=True)
 class Machine:
     """What the model needs to know of the target."""

@@ -26,7 +26,8 @@ from tvm.target import override_native_generic_func
 from . import exit_op
 from .op import OP_NAME, spec_of_attrs
 from .schedules import conv2d_nhwc_fused as fast
-from .schedules import generic, nhwc_to_nchw, packing, winograd, winograd_tiling, winograd_weights
+from .schedules import generic, nhwc_to_nchw, packing, tiling, winograd, winograd_tiling
+from .schedules import winograd_weights
 from .spec import KernelSpec
 
 
@@ -51,10 +52,6 @@ def wrap_schedule(topi_schedule):
 
 
 # -- when the fast kernel applies --------------------------------------------------------------
-#: Below this many output values per core the kernel launch and packing are not worth it.
-MIN_OUTPUTS_PER_CORE = 64
-
-
 def simd_lanes(target) -> int:
     """fp32 SIMD lanes (VL) of an x86 target: 16 with AVX-512, 8 with AVX2, 4 otherwise."""
     with target:
@@ -67,23 +64,10 @@ def _is_x86_llvm(target) -> bool:
 
 
 def fast_path_refusal(spec: KernelSpec, target) -> str | None:
-    """Why the fast kernel does not apply to ``spec`` on ``target``, or None when it does.
-
-    The fallback cases: a non-x86 or non-llvm target; a dtype other than float32; a tiny output
-    (fewer than MIN_OUTPUTS_PER_CORE values per core). Any Co and Ci are covered: a Co that is
-    not a multiple of VL is padded in the packed weight (see :func:`preferred_spec`).
-    """
-    if not _is_x86_llvm(target):
-        return f"target {target} is not x86 llvm"
-    dtypes = {spec.data.dtype, spec.weight.dtype, spec.out.dtype}
-    if dtypes != {"float32"}:
-        return f"dtypes {sorted(dtypes)} are not float32"
-    outputs = 1
-    for dim in spec.out.shape:
-        outputs *= dim
-    if outputs < MIN_OUTPUTS_PER_CORE * max(1, int(target.attrs.get("num-cores", 1))):
-        return f"output {spec.out.shape} is tiny"
-    return None
+    """Why the fast kernel does not apply to ``spec`` on ``target``, or None when it does
+    (the rule: ``tiling.fast_path_refusal``)."""
+    cores = int(target.attrs.get("num-cores", 1))
+    return tiling.fast_path_refusal(spec, str(target), _is_x86_llvm(target), cores)
 
 
 # -- which algorithm: the kernel half's cost model, asked by the graph half ---------------------

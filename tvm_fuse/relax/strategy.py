@@ -11,27 +11,17 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..schedules import packing
+from ..schedules import packing, tiling
 from ..spec import KernelSpec
 from . import compat
 
-#: Below this many output values per core the kernel launch and packing are not worth it.
-MIN_OUTPUTS_PER_CORE = 64
-
 
 def fast_path_refusal(spec: KernelSpec, target) -> str | None:
-    """Why the fast kernel does not apply to ``spec`` on ``target``, or None when it does."""
-    if not compat.is_x86_llvm(target):
-        return f"target {target} is not x86 llvm"
-    dtypes = {spec.data.dtype, spec.weight.dtype, spec.out.dtype}
-    if dtypes != {"float32"}:
-        return f"dtypes {sorted(dtypes)} are not float32"
-    outputs = 1
-    for dim in spec.out.shape:
-        outputs *= dim
-    if outputs < MIN_OUTPUTS_PER_CORE * max(1, compat.num_cores(target)):
-        return f"output {spec.out.shape} is tiny"
-    return None
+    """Why the fast kernel does not apply to ``spec`` on ``target``, or None when it does
+    (the rule: ``tiling.fast_path_refusal``, shared with the Relay backend)."""
+    return tiling.fast_path_refusal(
+        spec, str(target), compat.is_x86_llvm(target), compat.num_cores(target)
+    )
 
 
 def preferred_spec(spec: KernelSpec, target) -> KernelSpec:
