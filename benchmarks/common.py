@@ -352,12 +352,12 @@ def case_record(results: dict[str, Result], versus, gflop=None, peak_gflops=None
     A "peer" is every implementation but tvm_fuse's own (``tvm_fuse*``); ``versus`` names the peers that get a ratio
     of their own (present or not, so that every record has the same keys).
     """
-    fuse, stock = results["tvm_fuse"], results["tvm_nchwc"]
+    fuse, stock = results["tvm_fuse"], results.get("tvm_nchwc")
     best, best_ms = best_of(results, [name for name in results if not name.startswith("tvm_fuse")])
     ratios = {"tvm_fuse/best_peer": ratio(fuse.ms, best_ms)}
     for name in versus:
         ratios[f"tvm_fuse/{name}"] = ratio(fuse.ms, results[name].ms if name in results else None)
-    ratios["build tvm_fuse/tvm_nchwc"] = ratio(fuse.build_s, stock.build_s)
+    ratios["build tvm_fuse/tvm_nchwc"] = ratio(fuse.build_s, stock.build_s if stock else None)
     return {
         "results": {name: r.to_dict(gflop, peak_gflops) for name, r in results.items()},
         "best_peer": best,
