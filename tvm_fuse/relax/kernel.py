@@ -99,7 +99,12 @@ def _blocks(sch):
 
 
 def _output_block(sch, blocks):
-    return blocks["epilogue"] if "epilogue" in blocks else blocks["acc"]
+    """The block that stores the output; with an epilogue, the accumulator's elementwise
+    block is inlined into it first, so the epilogue reads the conv directly."""
+    if "epilogue" not in blocks:
+        return blocks["acc"]
+    sch.compute_inline(blocks["acc"])
+    return blocks["epilogue"]
 
 
 def _register_tile(sch, block, loops, tiles, lanes, split_lanes=True):
@@ -146,8 +151,6 @@ def _schedule_rows(sch, spec: KernelSpec, tiles: tiling.Tiles):
     lanes = spec.lanes
     blocks = _blocks(sch)
     out = _output_block(sch, blocks)
-    if "epilogue" in blocks:
-        sch.compute_inline(blocks["acc"])
     n, h, w, c = sch.get_loops(out)
     c_blk, c_vec, c_lane = sch.split(c, [None, tiles.ocb, lanes])
     w_blk, w_pix = sch.split(w, [None, tiles.owb])
@@ -173,8 +176,6 @@ def _schedule_flat(sch, spec: KernelSpec, tiles: tiling.Tiles):
     lanes = spec.lanes
     blocks = _blocks(sch)
     out = _output_block(sch, blocks)
-    if "epilogue" in blocks:
-        sch.compute_inline(blocks["acc"])
     n, h, _, _ = sch.get_loops(out)
     sch.parallel(sch.fuse(n, h))
     _vectorize_innermost(sch, out, lanes)
