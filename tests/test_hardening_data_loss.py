@@ -202,3 +202,18 @@ def test_api_tuning_leaves_no_temporary_folder(tmp_path, monkeypatch):
     done = tvm_fuse.tune(mod, params, log_file=tmp_path / "t.log", n_trial=1, stream=io.StringIO())
     assert done.records_written == 1
     assert not list(scratch_tmp.iterdir())
+
+
+def test_failed_tuning_leaves_no_error_file_and_names_the_failure(tmp_path, monkeypatch):
+    # AutoTVM dumps a tvm_tuning_errors_*.log into the temp folder when all measurements fail
+    scratch_tmp = tmp_path / "tmp"
+    scratch_tmp.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(scratch_tmp))
+    mod, params = small_layer()
+    stream = io.StringIO()
+    done = tvm_fuse.tune(
+        mod, params, log_file=tmp_path / "t.log", n_trial=1, timeout=1e-4, stream=stream
+    )
+    assert done.tasks[0].failures == 1
+    assert "first failure: RUN_TIMEOUT" in stream.getvalue()
+    assert not list(scratch_tmp.iterdir())

@@ -18,9 +18,12 @@ re-raises ``KeyboardInterrupt``: the lines already in the log stay valid records
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from tvm import autotvm
@@ -51,6 +54,7 @@ class TaskResult:
     failures: int = 0
     best_seconds: float | None = None
     flop: float = 0.0
+    first_error: str | None = None
 
     @property
     def best_gflops(self) -> float | None:
@@ -171,6 +175,7 @@ class _Progress:
             self.result.trials += 1
             if res.error_no != 0:
                 self.result.failures += 1
+                self.result.first_error = self.result.first_error or _error_line(res)
                 continue
             seconds = sum(res.costs) / len(res.costs)
             if self.result.best_seconds is None or seconds < self.result.best_seconds:
@@ -185,11 +190,46 @@ class _Progress:
         if r.best_seconds is not None:
             gflops = f", {r.best_gflops:.1f} GFLOP/s" if r.best_gflops else ""
             best = f"best {r.best_seconds * 1e3:.3f} ms{gflops}"
-        return f"{self.label}: {r.trials}/{self.n_trial} trials, {r.failures} failed, {best}"
+        line = f"{self.label}: {r.trials}/{self.n_trial} trials, {r.failures} failed, {best}"
+        return line + (f" (first failure: {r.first_error})" if r.first_error else "")
 
     def done(self) -> None:
         self.stream.write(("\r" if self.live else "") + self.line() + "\n")
         self.stream.flush()
+
+
+def _error_line(res, width: int = 160) -> str:
+    """The kind and last line of a failed measurement (its ``costs`` are (traceback, error))."""
+    kind = autotvm.measure.MeasureErrorNo(res.error_no).name
+    error = res.costs[-1] if res.costs else ""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    last = lines[-1] if lines else type(error).__name__
+    return f"{kind}: {last}"[:width]
+
+
+class _DropErrorFileWarning(logging.Filter):
+    """Drops AutoTVM's warning naming its error file (that file is removed, see _scratch)."""
+
+    def filter(self, record):
+        return "A file containing the errors has been written" not in str(record.msg)
+
+
+@contextlib.contextmanager
+def _scratch():
+    """AutoTVM's tuner writes ``tvm_tuning_errors_*.log`` into the system temp folder whenever
+    every measurement of one of its ``tune`` calls failed, and never removes it. tvm_fuse names the
+    first failure in the task's summary line instead, so while tuning that file goes to a private
+    folder removed afterwards: tuning leaves nothing outside the log the user named."""
+    saved = tempfile.tempdir
+    drop = _DropErrorFileWarning()
+    logging.getLogger().addFilter(drop)
+    with tempfile.TemporaryDirectory(prefix="tvm_fuse_tune_") as private:
+        tempfile.tempdir = private
+        try:
+            yield
+        finally:
+            tempfile.tempdir = saved
+            logging.getLogger().removeFilter(drop)
 
 
 def _runner(runner, tracker, key, timeout):
@@ -302,8 +342,9 @@ def tune(
     )
     session = _Session(tuner, n_trial, measure, result, list(callbacks), stream, len(tasks))
     try:
-        for index, task in enumerate(tasks, 1):
-            _tune_task(session, index, task)
+        with _scratch():
+            for index, task in enumerate(tasks, 1):
+                _tune_task(session, index, task)
     except KeyboardInterrupt:
         stream.write(
             f"interrupted: {result.records_written} records written to {log_file} "
