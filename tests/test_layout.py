@@ -218,3 +218,15 @@ def test_grouped_convs_match_stock(rng, groups, ci, co):
     y = _conv(x, _const(rng, co, ci // groups, 3, 3), groups=groups)
     converted = _assert_same_as_stock(_module(x, relay.nn.relu(y)), rng)
     assert _conv_layouts(converted) == {("NHWC", "HWOI" if groups == ci == co else "HWIO")}
+
+
+def test_constant_weight_transposes_are_computed_in_numpy_and_blocked_ones_left():
+    from tvm_fuse.passes.layout import _TransposedConstants  # pylint: disable=import-outside-toplevel
+
+    weight = np.arange(2 * 16 * 3 * 3, dtype="float32").reshape(2, 16, 3, 3)
+    permuted = relay.layout_transform(relay.const(weight), "OIHW", "HWIO")
+    folded = _TransposedConstants().rewrite(permuted)
+    assert isinstance(folded, relay.Constant)
+    np.testing.assert_array_equal(folded.data.numpy(), weight.transpose(2, 3, 1, 0))
+    blocked = relay.layout_transform(relay.const(weight), "OIHW", "OIHW8i")
+    assert _TransposedConstants().rewrite(blocked).same_as(blocked)

@@ -3,11 +3,13 @@
 Where it sits: after ``FuseConvBiasAct`` in ``tvm_fuse.pipeline()``. For each fused call it asks
 the meeting point ``strategy.preferred_spec(spec, target)`` which weight the kernel half wants
 (``OHWI{VL}o`` for the direct fast kernel on x86; the spec unchanged for the generic fallback)
-and replaces the HWIO weight argument by Relay ops that compute that weight from it: a zero pad
-of Co up to whole vectors and a ``layout_transform``. The pass folds those ops for constant
-weights itself (so no ``opt_level`` can skip it); for weights that are still free variables
-(params given to ``relay.build`` only) they stay in the graph until ``relay.build`` binds the
-params and folds them (at its opt_level 2 and up; below that they run with the model).
+and replaces the HWIO weight argument by that weight. A constant weight is packed in NumPy
+(``packing.pack_hwio``, ``winograd_weights.transform_hwio``; FoldConstant would compile every
+transform with LLVM, about half a second a weight). A weight that is still a free variable
+(params given to ``relay.build`` only) becomes Relay ops computing the packed weight from it (a
+zero pad of Co up to whole vectors and a ``layout_transform``, or Winograd's ``G g G^T``), which
+stay in the graph until ``relay.build`` binds the params and folds them (at its opt_level 2 and
+up; below that they run with the model). Either way no ``opt_level`` can skip the packing.
 
 The target is the one given, else ``tvm.target.Target.current()`` when the pass runs, else the
 host (``tvm_fuse.host_target()``). A call whose weight is already in the wanted layout is left
@@ -17,6 +19,7 @@ packed keep their HWIO weight.
 
 from __future__ import annotations
 
+import numpy as np
 import tvm
 from tvm import relay
 from tvm.relay.dataflow_pattern import CallPattern, DFPatternCallback, is_op
@@ -24,6 +27,7 @@ from tvm.relay.dataflow_pattern import CallPattern, DFPatternCallback, is_op
 from .. import op as fused_op
 from .. import strategy
 from ..ir_utils import rewrite_functions
+from ..schedules import packing, winograd_weights
 from ..spec import KernelSpec
 from ..target import target_or_current
 
@@ -39,7 +43,10 @@ def PackWeights(target=None) -> tvm.transform.Pass:  # pylint: disable=invalid-n
 
 
 def packed_weight_expr(weight: relay.Expr, spec: KernelSpec, wanted: KernelSpec) -> relay.Expr:
-    """Relay ops computing ``wanted.weight`` from the HWIO ``weight`` of ``spec``."""
+    """``wanted.weight`` from the HWIO ``weight`` of ``spec``: a constant computed in NumPy for a
+    constant weight, else Relay ops computing it."""
+    if isinstance(weight, relay.Constant):
+        return relay.const(_packed_array(weight.data.numpy(), wanted))
     if wanted.algorithm == "winograd":
         return strategy.winograd_weight_expr(weight, spec, wanted)
     padded = wanted.lanes * wanted.weight.shape[wanted.weight.layout.index("O")]
@@ -47,6 +54,13 @@ def packed_weight_expr(weight: relay.Expr, spec: KernelSpec, wanted: KernelSpec)
     if extra:
         weight = relay.nn.pad(weight, ((0, 0), (0, 0), (0, 0), (0, extra)))
     return relay.layout_transform(weight, "HWIO", wanted.weight.layout)
+
+
+def _packed_array(weight: np.ndarray, wanted: KernelSpec) -> np.ndarray:
+    """The NumPy forms of the same transforms (the tests check them against the Relay ops)."""
+    if wanted.algorithm == "winograd":
+        return winograd_weights.transform_hwio(weight, wanted.winograd_tile, wanted.lanes)
+    return packing.pack_hwio(weight, wanted.lanes)
 
 
 class _Packer(DFPatternCallback):
