@@ -71,8 +71,11 @@ MACS_PER_NS = 35.0
 WEIGHT_BYTES_PER_NS = 22.0
 #: ns per transformed value (input and output transforms: per tile, point and channel).
 TRANSFORM_NS = 0.25
-#: How much faster (estimated) Winograd must be to be chosen: the model is rough.
-MIN_GAIN = 1.25
+#: How much faster (estimated) Winograd must be to be chosen: the model is rough. It estimates
+#: F(2x2) on 7x7x512 at 1.19x the direct kernel on AVX2 (0.98x on AVX-512); on Zen 3 that layer
+#: measured 1.15x with its weights flushed from cache (1.3x warm) and ResNet-18 ran ~6 % faster
+#: with it, so AVX2 takes F(2x2) there and AVX-512 does not.
+MIN_GAIN = 1.15
 #: The tile sizes the kernel supports.
 TILES = (2, 4)
 
@@ -85,8 +88,7 @@ def estimated_ns(
     The MACs at ``MACS_PER_NS`` per core and the transforms, both shared by ``cores``, plus the
     weight streamed once at ``WEIGHT_BYTES_PER_NS`` (memory bandwidth is not shared out: on
     small maps with many channels the larger Winograd weight is what costs). Fitted to CPU
-    times of the layer benchmark's 3x3 layers on Zen 3 (one thread: each within ~20 %; two
-    threads, interleaved: F(2x2) gains nothing on 7x7x512)."""
+    times of the layer benchmark's 3x3 layers on Zen 3 (one thread: each within ~20 %)."""
     co_pad = -(-co // lanes) * lanes
     macs_per_ns = MACS_PER_NS * lanes / 8 * cores
     if m == 0:

@@ -176,6 +176,22 @@ def test_plan_blocks_small_maps_along_co():
         assert plan.tile_p * plan.tile_co + plan.tile_co + 1 <= 16  # fits 16 ymm registers
 
 
+@pytest.mark.parametrize(
+    "hw, channels, lanes, want",
+    [
+        (56, 64, 8, 4),
+        (28, 128, 8, 4),
+        (14, 256, 8, 2),
+        (7, 512, 8, 2),  # the F(4x4) weight (4x the direct one) costs too much to stream
+        (7, 512, 16, 0),  # with 16 lanes the direct kernel is twice as fast: no Winograd
+        (56, 3, 8, 0),  # too few channels for the transforms to pay
+    ],
+)
+def test_cost_model_choices_on_resnet_shapes(hw, channels, lanes, want):
+    got = winograd_tiling.choose_winograd_tile(1, hw, hw, channels, channels, lanes)
+    assert got == want
+
+
 # -- the weight transform ---------------------------------------------------------------------
 @pytest.mark.parametrize("m", [2, 4])
 def test_numpy_transform_is_winograd(m, rng):
