@@ -230,3 +230,23 @@ def test_constant_weight_transposes_are_computed_in_numpy_and_blocked_ones_left(
     np.testing.assert_array_equal(folded.data.numpy(), weight.transpose(2, 3, 1, 0))
     blocked = relay.layout_transform(relay.const(weight), "OIHW", "OIHW8i")
     assert _TransposedConstants().rewrite(blocked).same_as(blocked)
+
+
+def test_a_blocked_layout_function_is_built_as_it_is():
+    """An NCHW4c conv followed by BatchNorm: TVM's layout inference cannot convert the BN."""
+    from tvm_fuse import testing  # pylint: disable=import-outside-toplevel
+
+    rng = np.random.default_rng(3)
+    x = relay.var("x", shape=(1, 2, 8, 8, 4))
+    weight = relay.const(rng.standard_normal((4, 2, 3, 3, 4, 4)).astype("float32"))
+    conv = relay.nn.conv2d(
+        x, weight, padding=(1, 1), channels=16, kernel_size=(3, 3),
+        data_layout="NCHW4c", kernel_layout="OIHW4i4o",
+    )
+    gamma, beta, mean = (relay.const(rng.uniform(0.5, 1.5, 4).astype("float32")) for _ in "abc")
+    var = relay.const(rng.uniform(0.5, 1.5, 4).astype("float32"))
+    bn = relay.nn.batch_norm(conv, gamma, beta, mean, var, axis=1)[0]
+    mod = tvm.IRModule.from_expr(relay.Function([x], relay.nn.relu(bn)))
+    converted = ConvertLayoutNHWC()(mod)
+    assert tvm.ir.structural_equal(converted["main"], relay.transform.InferType()(mod)["main"])
+    testing.assert_matches_stock(mod)

@@ -24,6 +24,7 @@ import tvm_fuse
 from tvm_fuse import cli, onnx_example
 from tvm_fuse import tvmc as fuse_tvmc
 from tvm_fuse.testing import MODEL_RTOL, TUNABLE_KERNELS, fused_workloads, relative_error
+from tvm_fuse.memory.apply import plan_storage
 from tvm_fuse.tuning import check_records
 from tvm_fuse.schedules import conv2d_nhwc_fused
 
@@ -133,6 +134,13 @@ def test_package_runs_with_stock_tvmc_and_matches_stock_compile(work):
     assert sum(FUSED_KERNEL in name for name in _kernel_names(package)) == 2
     got = _stock_run(package, work["inputs"], str(work["root"] / "fused_out.npz"))
     _assert_same_outputs(got, work["stock"])
+    # the graph carries tvm_fuse's memory plan, which is smaller than TVM's on this model
+    with tarfile.open(package) as tar:
+        in_package = plan_storage(tar.extractfile("mod.json").read().decode())
+    model = frontends.load_model(work["model"])
+    on_tvms = plan_storage(tvm_fuse.build(model.mod, model.params, memory="tvm").get_graph_json())
+    assert on_tvms.applied and on_tvms.plan_bytes < on_tvms.tvm_bytes
+    assert in_package.tvm_bytes == on_tvms.plan_bytes and not in_package.applied
 
 
 def test_tvm_fuse_tvmc_keeps_the_stock_options(capsys):

@@ -19,7 +19,9 @@ stock ones; its records and ``tvm-fuse tune``'s are the same records. :func:`mai
 under the ``--target``'s TVM target, so the pipeline packs the weights for it; it resolves
 ``-mcpu=native`` (which TVM's LLVM would turn into ``generic``, no AVX) to this machine's CPU, and
 gives tvmc's ``tune`` the TVM target where tvmc 0.19 passes the whole composite string to the
-auto-scheduler's hardware parameters (it crashes there otherwise). The composite target takes
+auto-scheduler's hardware parameters (it crashes there otherwise). With the ``tvm_fuse`` target,
+``compile`` gives the graph executor tvm_fuse's memory plan (``tvm_fuse.memory``), as
+``tvm_fuse.build`` does. The composite target takes
 no options of its own: ``--target "tvm_fuse -x=1, llvm"`` is refused.
 """
 
@@ -32,13 +34,14 @@ from unittest import mock
 
 import tvm
 from tvm.driver import tvmc as stock_tvmc
-from tvm.driver.tvmc import autotuner, composite_target
+from tvm.driver.tvmc import autotuner, compiler, composite_target
 from tvm.driver.tvmc import main as tvmc_main
 from tvm.driver.tvmc.target import target_from_cli
 
 from . import onnx_compat
 from .dispatch import build_context
 from .api import optimize
+from .memory.apply import apply_to_factory
 
 NAME = "tvm_fuse"
 
@@ -100,18 +103,32 @@ def resolve_native(argv: list[str]) -> list[str]:
     return resolved
 
 
-def _tvm_target(argv: list[str]):
-    """The TVM target of ``argv``'s ``--target`` (composite parts left out), or None."""
+def _parsed_target(argv: list[str]):
+    """tvmc's reading of ``argv``'s ``--target``: (TVM target, composite targets), or None."""
     for i, arg in enumerate(argv):
         value = arg.split("=", 1)[1] if arg.startswith("--target=") else None
         if arg == "--target" and i + 1 < len(argv):
             value = argv[i + 1]
         if value is not None:
             try:
-                return tvm.target.Target(target_from_cli(value)[0])
+                target, extra = target_from_cli(value)
+                return tvm.target.Target(target), [part["name"] for part in extra]
             except (stock_tvmc.TVMCException, ValueError, tvm.TVMError):
                 return None  # tvmc reports a bad --target itself
     return None
+
+
+@contextlib.contextmanager
+def _memory_plan():
+    """tvmc's ``compile`` builds with its own ``compiler.build``: the graph executor it returns
+    gets tvm_fuse's memory plan where that is smaller than TVM's, as from ``tvm_fuse.build``."""
+    stock = compiler.build
+
+    def build(*args, **kwargs):
+        return apply_to_factory(stock(*args, **kwargs))
+
+    with mock.patch.object(compiler, "build", build):
+        yield
 
 
 @contextlib.contextmanager
@@ -134,12 +151,14 @@ def main(argv=None) -> int:
     register()
     onnx_compat.install()
     argv = resolve_native(list(sys.argv[1:] if argv is None else argv))
-    target = _tvm_target(argv)
+    target, composites = _parsed_target(argv) or (None, [])
     with contextlib.ExitStack() as scope:
         scope.enter_context(build_context())  # TopHub off: a build without records downloads it
         scope.enter_context(_tvm_target_for_hardware_params())
         if target is not None:
             scope.enter_context(target)
+        if NAME in composites:
+            scope.enter_context(_memory_plan())
         # tvmc's ``main()`` reads sys.argv and exits; ``_main(argv)`` is the same without that.
         code = tvmc_main._main(argv)  # pylint: disable=protected-access  (argv-taking entry)
     return int(code or 0)  # tvmc's tune returns None when it is done

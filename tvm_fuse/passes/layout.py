@@ -30,7 +30,8 @@ they cannot be folded, so it runs with the model unless ``relay.build(mod, param
 and folds them. Not converted: conv1d/conv3d/conv2d_transpose, and functions for external
 codegens (TVM's function passes skip those). A function whose convs and pools are already as
 this pass makes them is returned as it was, untouched (bias_add included), so the pass is
-idempotent.
+idempotent; so is a function with a conv or pool in a blocked layout (``NCHW4c``): it was laid
+out already, and TVM's layout inference cannot take every op out of a blocked layout.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def count_layout_transforms(mod) -> int:
 def _convert_module(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     mod = relay.transform.InferType()(mod)
     functions = relay_functions(mod)
-    done = {gv: func for gv, func in functions.items() if _already_nhwc(func)}
+    done = {gv: func for gv, func in functions.items() if _left_as_is(func)}
     if len(done) == len(functions):
         return mod
     for stock_pass in (
@@ -107,13 +108,26 @@ class _TransposedConstants(dataflow_pattern.DFPatternCallback):
         return dataflow_pattern.rewrite(self, func)
 
 
-def _already_nhwc(func: relay.Function) -> bool:
-    """Whether every conv and pool of ``func`` is already as this pass would make it."""
+def _left_as_is(func: relay.Function) -> bool:
+    """Whether every conv and pool of ``func`` is already as this pass would make it, or one of
+    them is in a blocked layout (``NCHW4c``, ...): such a function was laid out already, and
+    TVM's layout inference cannot take every op out of a blocked layout (a BatchNorm after an
+    NCHW4c conv fails to type-check), so it is built as it is."""
     calls = []
     relay.analysis.post_order_visit(
         func, lambda node: calls.append(node) if isinstance(node, relay.Call) else None
     )
-    return all(_call_is_nhwc(call) for call in calls)
+    return any(map(_is_blocked, calls)) or all(map(_call_is_nhwc, calls))
+
+
+def _is_blocked(call: relay.Call) -> bool:
+    """A conv or pool whose data layout has a sub-dimension (``NCHW4c``)."""
+    name = call.op.name if isinstance(call.op, tvm.ir.Op) else None
+    if name == "nn.conv2d":
+        return not str(call.attrs.data_layout).isalpha()
+    if name in _POOLS:
+        return not str(call.attrs.layout).isalpha()
+    return False
 
 
 def _call_is_nhwc(call: relay.Call) -> bool:
