@@ -31,8 +31,8 @@ from tvm_fuse import strategy  # noqa: E402
 from tvm_fuse.schedules import conv2d_nhwc_fused, packing, winograd, winograd_weights  # noqa: E402
 from tvm_fuse.spec import KernelSpec  # noqa: E402
 
-#: The layers of the layer benchmark Winograd applies to (3x3, stride 1).
-WINOGRAD_LAYERS = [name for name, l in LAYERS.items() if l.kernel == 3 and l.stride == 1]
+#: The layers of the layer benchmark Winograd applies to (3x3, stride 1, groups 1).
+WINOGRAD_LAYERS = [name for name, layer in LAYERS.items() if layer.winograd_applies]
 KERNELS = ("direct", "winograd_f2", "winograd_f4")
 REFERENCE = "float64"
 

@@ -125,3 +125,9 @@ def test_a_bad_thread_count_is_one_line():
     )
     assert run.returncode == 1
     assert run.stderr.strip() == "TVM_FUSE_BENCH_THREADS='two': set it to a whole number >= 1"
+
+
+def test_winograd_bench_takes_the_layers_winograd_applies_to():
+    from tvm_fuse.bench import bench_winograd  # pylint: disable=import-outside-toplevel
+
+    assert bench_winograd.WINOGRAD_LAYERS == ["l1", "l2", "l3", "l4"]  # not the depthwise mb_dw
