@@ -6,7 +6,9 @@ log); the API and the CLI share one target check. All of these fail before any b
 
 import re
 
+import numpy as np
 import pytest
+import tvm
 from tvm import relay
 
 import tvm_fuse
@@ -133,11 +135,23 @@ def test_tune_refuses_a_timeout_that_is_not_positive(model, capsys, timeout):
         (lambda: tvm_fuse.tune(_small(), tracker="nowhere", key="k"), "not host:port"),
         (lambda: tvm_fuse.tune(_small(), tuner="annealing"), "unknown tuner"),
         (lambda: tvm_fuse.build(_small(), tuning_records="missing.log"), "does not exist"),
+        (lambda: tvm_fuse.build(_ill_typed()), "does not type-check: conv2d: .*input channels of the weight `4`"),
+        (lambda: tvm_fuse.optimize(_ill_typed()), "does not type-check"),
+        (lambda: tvm_fuse.tune(_ill_typed(), log_file="x.log"), "does not type-check"),
     ],
 )
-def test_api_errors_are_tvm_fuse_errors(call, says):
-    with pytest.raises(UserError, match=says):
+def test_api_errors_are_tvm_fuse_errors(call, says, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match=says) as raised:
         call()
+    assert "\n" not in str(raised.value)
+
+
+def _ill_typed():
+    """A conv whose weight has 4 input channels for a data of 8."""
+    x = relay.var("x", shape=(1, 8, 8, 8))
+    weight = relay.const(np.zeros((16, 4, 3, 3), "float32"))
+    return tvm.IRModule.from_expr(relay.Function([x], relay.nn.conv2d(x, weight, channels=16)))
 
 
 def _small():

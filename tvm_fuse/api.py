@@ -89,7 +89,28 @@ def _as_module(mod) -> tvm.IRModule:
         return tvm.IRModule.from_expr(mod)
     if not isinstance(mod, tvm.IRModule) or "main" not in [gv.name_hint for gv in mod.functions]:
         raise UserError(f"tvm_fuse: expected a Relay IRModule with a 'main' function, got {mod!r}")
+    require_no_free_vars(mod["main"])  # before type checking, which refuses them with a traceback
+    _check_types(mod)
     return mod
+
+
+def _check_types(mod: tvm.IRModule) -> None:
+    """One line naming the first type error of ``mod``, instead of TVM's diagnostics dump and
+    traceback from deep inside the pipeline."""
+    messages = []
+    tvm.ir.diagnostics.override_renderer(
+        lambda ctx: messages.extend(str(d.message) for d in ctx.diagnostics)
+    )
+    try:
+        relay.transform.InferType()(mod)
+    except tvm.error.DiagnosticError:
+        first = " ".join((messages or ["(no message)"])[0].split()).rstrip(".")
+        raise UserError(
+            f"tvm_fuse: the model does not type-check: {first}; fix the model (relay.build "
+            "refuses it too)"
+        ) from None
+    finally:
+        tvm.ir.diagnostics.override_renderer(None)
 
 
 def bind_params(mod, params) -> tvm.IRModule:
