@@ -137,6 +137,7 @@ def test_tune_refuses_a_timeout_that_is_not_positive(model, capsys, timeout):
         (lambda: tvm_fuse.build(_small(), tuning_records="missing.log"), "does not exist"),
         (lambda: tvm_fuse.build(_ill_typed()), "does not type-check: conv2d: .*input channels of the weight `4`"),
         (lambda: tvm_fuse.optimize(_ill_typed()), "does not type-check"),
+        (lambda: tvm_fuse.build(_ill_typed()["main"]), "does not type-check"),  # a Function
         (lambda: tvm_fuse.tune(_ill_typed(), log_file="x.log"), "does not type-check"),
     ],
 )

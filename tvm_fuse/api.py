@@ -85,8 +85,8 @@ def _pass_context() -> tvm.transform.PassContext:
 
 def _as_module(mod) -> tvm.IRModule:
     if isinstance(mod, relay.Function):
-        require_no_free_vars(mod)
-        return tvm.IRModule.from_expr(mod)
+        require_no_free_vars(mod)  # before from_expr, which may type-check the function
+        mod = tvm.IRModule.from_expr(mod)
     if not isinstance(mod, tvm.IRModule) or "main" not in [gv.name_hint for gv in mod.functions]:
         raise UserError(f"tvm_fuse: expected a Relay IRModule with a 'main' function, got {mod!r}")
     require_no_free_vars(mod["main"])  # before type checking, which refuses them with a traceback

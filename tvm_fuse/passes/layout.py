@@ -99,7 +99,7 @@ class _TransposedConstants(dataflow_pattern.DFPatternCallback):
 
     def callback(self, pre, post, node_map):
         src, dst = str(post.attrs.src_layout), str(post.attrs.dst_layout)
-        if not (src.isalpha() and src.isupper() and sorted(src) == sorted(dst)):
+        if not (_is_primal(src) and sorted(src) == sorted(dst)):
             return post  # a blocked layout (e.g. NCHW8c): FoldConstant computes it
         data = post.args[0].data.numpy()
         return relay.const(np.ascontiguousarray(data.transpose([src.index(a) for a in dst])))
@@ -120,13 +120,18 @@ def _left_as_is(func: relay.Function) -> bool:
     return any(map(_is_blocked, calls)) or all(map(_call_is_nhwc, calls))
 
 
+def _is_primal(layout: str) -> bool:
+    """A layout of whole dimensions only (``NCHW``, ``OIHW``), none split (``NCHW4c``)."""
+    return layout.isalpha() and layout.isupper()
+
+
 def _is_blocked(call: relay.Call) -> bool:
     """A conv or pool whose data layout has a sub-dimension (``NCHW4c``)."""
     name = call.op.name if isinstance(call.op, tvm.ir.Op) else None
     if name == "nn.conv2d":
-        return not str(call.attrs.data_layout).isalpha()
+        return not _is_primal(str(call.attrs.data_layout))
     if name in _POOLS:
-        return not str(call.attrs.layout).isalpha()
+        return not _is_primal(str(call.attrs.layout))
     return False
 
 
