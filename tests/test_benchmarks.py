@@ -131,3 +131,34 @@ def test_winograd_bench_takes_the_layers_winograd_applies_to():
     from tvm_fuse.bench import bench_winograd  # pylint: disable=import-outside-toplevel
 
     assert bench_winograd.WINOGRAD_LAYERS == ["l1", "l2", "l3", "l4"]  # not the depthwise mb_dw
+
+
+def test_backends_bench_runs_each_backend_in_a_process_of_its_own(tmp_path, monkeypatch):
+    """``bench_backends`` with this interpreter standing in for the Relax venv's: both workers
+    build the model, answer timing requests and match ONNX Runtime; the JSON has both."""
+    pytest.importorskip("onnxruntime")
+    from tvm_fuse import onnx_example  # pylint: disable=import-outside-toplevel
+    from tvm_fuse.bench import bench_backends  # pylint: disable=import-outside-toplevel
+
+    tiny = lambda path: onnx_example.conv_bn_act(path, (1, 16, 8, 8), 16, 3, 1, 1)  # noqa: E731
+    monkeypatch.setitem(bench_backends.MODELS, "tiny", tiny)
+    path = tmp_path / "backends.json"
+    argv = ["--relax-python", sys.executable, "--models", "tiny", "--quick", "--json", str(path)]
+    assert bench_backends.main(argv) == 0
+    record = json.loads(path.read_text())["models"]["tiny"]
+    assert record["ok"]
+    for label in (bench_backends.RELAY, bench_backends.RELAX):
+        result = record["results"][label]
+        assert result["check"]["ok"] and result["check"]["max_abs_err"] <= 1e-4 * result[
+            "check"]["max_abs_ref"]
+        assert result["backend"] == "relay" and result["compile_s"] > 0
+        assert len(result["runs_ms"]) == common.QUICK.repeat and min(result["runs_ms"]) > 0
+    assert record["ratios"]["relax/relay time"] > 0
+
+
+def test_backends_bench_names_a_missing_relax_python(capsys):
+    from tvm_fuse.bench import bench_backends  # pylint: disable=import-outside-toplevel
+
+    with pytest.raises(SystemExit):
+        bench_backends.main(["--relax-python", "/nonexistent/bin/python"])
+    assert "--relax-python /nonexistent/bin/python: no such file" in capsys.readouterr().err
