@@ -1,7 +1,7 @@
 """The Relax backend's API: ``pipeline``, ``optimize``, ``build``, ``describe``.
 
 ``pipeline(target)`` is one ``tvm.transform.Pass`` (use it inside your own ``Sequential``):
-``FoldConstant`` (layout ops on constants with NumPy first) -> ``FoldBatchNorm`` ->
+``FoldConstant`` (layout ops on constants with NumPy first) -> ``RaiseMinMax`` -> ``FoldBatchNorm`` ->
 ``ConvertLayoutNHWC`` -> ``FuseConvBiasAct`` -> ``LowerFusedConv``. ``optimize`` binds the params and runs it; ``build`` then compiles with
 ``tvm.compile`` (Relax's default pipeline, which leaves the fused kernels as they are: they are
 scheduled and opaque) and returns its executable, to run with ``relax.VirtualMachine``.
@@ -17,6 +17,7 @@ from tvm import relax
 
 from ..spec import KernelSpec
 from . import compat, kernel
+from .clip import RaiseMinMax
 from .fallback import ScheduleFallback
 from .fold_bn import FoldBatchNorm
 from .fuse import FuseConvBiasAct, spec_of_function
@@ -31,6 +32,7 @@ def pipeline(target=None) -> tvm.transform.Pass:
         [
             FoldConstantTransforms(),
             relax.transform.FoldConstant(),
+            RaiseMinMax(),
             FoldBatchNorm(),
             ConvertLayoutNHWC(),
             FuseConvBiasAct(),
