@@ -12,7 +12,9 @@ import tvm_fuse.relax as tfr
 from helpers import op_names, run
 from reference import assert_close
 from tvm_fuse import onnx_example
+from tvm_fuse.relax import fuse, layout
 from tvm_fuse.relax.clip import RaiseMinMax
+from tvm_fuse.relax.fold_bn import FoldBatchNorm
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -107,3 +109,29 @@ def test_raise_min_max_gives_the_relax_ops_and_keeps_other_call_tir(tmp_path):
     other = bb.get()
     assert op_names(RaiseMinMax()(other)) == op_names(other)
     assert op_names(other)[0].startswith("relax.call_tir")
+
+
+@pytest.mark.parametrize("clip", [(0.0, 4.0), (-1.0, 6.0)])
+def test_the_refusal_names_the_bounds(clip, tmp_path, target):
+    """The sentence ``fusion_refusal`` gives the chain that ends in the clip."""
+    _, mod = _model(tmp_path, clip=clip)
+    before_fusion = [
+        relax.transform.FoldConstant(),
+        RaiseMinMax(),
+        FoldBatchNorm(),
+        layout.ConvertLayoutNHWC(),
+    ]
+    mod = tvm.transform.Sequential(before_fusion)(mod)
+    reasons = []
+
+    def record(context):
+        reasons.append(fuse.fusion_refusal(context))
+        return False
+
+    patterns = [
+        relax.transform.FusionPattern(p.name, p.pattern, p.annotation_patterns, record)
+        for p in fuse.fusion_patterns()
+    ]
+    relax.transform.FuseOpsByPattern(patterns, bind_constants=False)(mod)
+    assert f"clip({clip[0]}, {clip[1]}) is not relu6" in reasons
+

@@ -82,8 +82,9 @@ def plan_function(func) -> ArenaPlan | None:
         return None
     storages = {b.var: b.value for b in bindings if _op(b.value) == ALLOC_STORAGE}
     devices = {(_int(s.args[1]), str(s.args[2].value)) for s in storages.values()}
-    if not storages or len(devices) != 1:
-        return None
+    sizes = [getattr(s.args[0], "values", [None])[0] for s in storages.values()]
+    if not storages or len(devices) != 1 or not all(isinstance(n, compat.IntImm) for n in sizes):
+        return None  # nothing planned, several devices, or a size known only at run time
     schedule, roots, written = Schedule(), {}, []
     tensor_id = {}  # alloc_tensor var -> id in the schedule, once written
     pending = {}  # alloc_tensor var -> (shape, dtype), not yet written
@@ -108,7 +109,7 @@ def plan_function(func) -> ArenaPlan | None:
             continue
         outputs = [v for v in pending if v in used]
         ids = schedule.kernel(
-            name or str(getattr(value.op, "name_hint", "call")),
+            name or str(getattr(getattr(value, "op", None), "name_hint", "call")),
             [tensor_id[v] for v in used if v in tensor_id],
             [pending.pop(v) for v in outputs],
         )
@@ -129,7 +130,7 @@ def plan_function(func) -> ArenaPlan | None:
         tensors=tuple(written),
         offsets=placement.offsets,
         arena_bytes=placement.arena,
-        relax_bytes=sum(_int(s.args[0].values[0]) for s in storages.values()),
+        relax_bytes=sum(int(n) for n in sizes),
         lower_bound_bytes=planner.lower_bound(blocks),
     )
 
