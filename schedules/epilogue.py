@@ -6,7 +6,8 @@ it into the store of the accumulator (it stays in registers).
 
 Each activation is the very expression TOPI computes for the op it replaces, so NaN and ±Inf
 come out as stock TVM gives them: ``relu`` is ``max(x, 0)`` (NaN -> 0), ``relu6`` is TOPI's
-``clip``, ``max(min(x, 6), 0)`` (NaN -> 6; the other order gives 0), ``leaky_relu`` a select on
+``clip``, ``max(min(x, 6), 0)`` (NaN -> 6), ``relu6_max_first`` the other order (NaN -> 0, as
+Relax's import of ONNX ``Clip`` computes it), ``leaky_relu`` a select on
 ``x > 0`` (NaN stays NaN), ``sigmoid`` TE's intrinsic, ``silu`` Relay's ``x * sigmoid(x)``.
 """
 
@@ -26,6 +27,8 @@ def _activate(x, activation: str, alpha: float, dtype: str):
         return te.max(x, te.const(0, dtype))
     if activation == "relu6":
         return te.max(te.min(x, te.const(6, dtype)), te.const(0, dtype))
+    if activation == "relu6_max_first":
+        return te.min(te.max(x, te.const(0, dtype)), te.const(6, dtype))
     if activation == "leaky_relu":
         return Select(x > te.const(0, dtype), x, x * te.const(alpha, dtype))
     if activation == "sigmoid":

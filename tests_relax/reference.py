@@ -42,6 +42,7 @@ ACTIVATIONS = {
     "none": lambda x, a: x,
     "relu": lambda x, a: np.maximum(x, 0),
     "relu6": lambda x, a: np.clip(x, 0, 6),
+    "relu6_max_first": lambda x, a: np.clip(x, 0, 6),
     "leaky_relu": lambda x, a: np.where(x > 0, x, a * x),
     "sigmoid": lambda x, a: sigmoid(x),
     "silu": lambda x, a: x * sigmoid(x),

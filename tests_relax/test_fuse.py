@@ -28,6 +28,9 @@ def _conv(x, w):
 FORMS = {
     "relu": lambda bb, x: relax.op.nn.relu(x),
     "relu6": lambda bb, x: relax.op.nn.relu6(x),
+    "relu6_max_first": lambda bb, x: relax.op.minimum(
+        bb.emit(relax.op.maximum(x, relax.const(0.0))), relax.const(6.0)
+    ),
     "leaky_relu": lambda bb, x: relax.op.nn.leakyrelu(x, 0.2),
     "sigmoid": lambda bb, x: relax.op.sigmoid(x),
     "silu": lambda bb, x: relax.op.nn.silu(x),

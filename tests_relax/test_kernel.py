@@ -97,7 +97,10 @@ def test_every_tiling_matches_numpy(case, tiles, rng, target):
     assert_close(got, _reference(spec, x, w, b, r), rel=1e-5)
 
 
-@pytest.mark.parametrize("activation", ["none", "relu", "relu6", "leaky_relu", "sigmoid", "silu"])
+@pytest.mark.parametrize(
+    "activation",
+    ["none", "relu", "relu6", "relu6_max_first", "leaky_relu", "sigmoid", "silu"],
+)
 @pytest.mark.parametrize("residual", [False, True])
 def test_each_epilogue_matches_numpy(activation, residual, rng, target):
     spec = _packed(_spec("rows_56", activation, residual=residual), compat.simd_lanes(target))

@@ -105,11 +105,14 @@ def conv_bn_act(
     activation="relu",
     epsilon=1e-5,
     seed=0,
+    clip=(0.0, 6.0),
+    opset=OPSET,
 ) -> str:
     """Write ``Conv -> BatchNormalization -> activation`` (NCHW, float32, seeded) to ``path``.
 
     The defaults are the seed example of ``docs/architecture.md``: ``[1,64,56,56] -> conv 3x3
-    stride 2 pad 1 (128) -> BatchNorm -> ReLU``. Its input is ``data``, its output ``out``."""
+    stride 2 pad 1 (128) -> BatchNorm -> ReLU``. Its input is ``data``, its output ``out``.
+    ``relu6`` is ``Clip`` with the bounds ``clip``: inputs from opset 11, attributes before."""
     rng = np.random.default_rng(seed)
     cin = data_shape[1]
 
@@ -132,7 +135,7 @@ def conv_bn_act(
             "BatchNormalization", ["c", "gamma", "beta", "mean", "var"], ["n"], epsilon=epsilon
         ),
     ]
-    nodes += _activation_nodes(activation, "n", "out", inits)
+    nodes += _activation_nodes(activation, "n", "out", inits, clip, opset)
     graph = helper.make_graph(
         nodes,
         "tvm_fuse_conv_bn_act",
@@ -144,18 +147,22 @@ def conv_bn_act(
         ],
         initializer=inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
     return str(path)
 
 
-def _activation_nodes(activation, x, y, inits) -> list[onnx.NodeProto]:
+def _activation_nodes(
+    activation, x, y, inits, clip=(0.0, 6.0), opset=OPSET
+) -> list[onnx.NodeProto]:
     if activation == "none":
         return [helper.make_node("Identity", [x], [y])]
     op, attrs = ONNX_ACTIVATIONS[activation]
+    if activation == "relu6" and opset < 11:
+        return [helper.make_node("Clip", [x], [y], min=float(clip[0]), max=float(clip[1]))]
     if activation == "relu6":
-        inits += [numpy_helper.from_array(np.float32(v), n) for n, v in (("lo", 0), ("hi", 6))]
+        inits += [numpy_helper.from_array(np.float32(v), n) for n, v in zip(("lo", "hi"), clip)]
         return [helper.make_node("Clip", [x, "lo", "hi"], [y])]
     if activation == "silu":
         return [helper.make_node(op, [x], ["gate"]), helper.make_node("Mul", [x, "gate"], [y])]

@@ -25,7 +25,8 @@ class Activation:
     (``{x}`` is the pre-activation sum, ``{term}`` the same as a factor of a product), and the
     Relay form ``FuseConvBiasAct`` absorbs as it: ``relay_op`` applied to the chain's
     output, with the attribute values ``relay_attrs`` (``alpha`` read from ``alpha_attr``), or,
-    when ``gated``, ``x * relay_op(x)``. The kernels compute it in ``schedules/epilogue.py``."""
+    when ``gated``, ``x * relay_op(x)``; a row without ``relay_op`` has no Relay form (the Relax
+    backend fuses it). The kernels compute it in ``schedules/epilogue.py``."""
 
     formula: str
     relay_op: str = ""
@@ -40,6 +41,8 @@ ACTIVATIONS = {
     "none": Activation("{x}"),
     "relu": Activation("max(0, {x})", "nn.relu"),
     "relu6": Activation("max(min({x}, 6), 0)", "clip", {"a_min": 0.0, "a_max": 6.0}),
+    # the other order, as Relax imports ONNX's Clip(0, 6): NaN -> 0 where relu6 gives 6
+    "relu6_max_first": Activation("min(max({x}, 0), 6)"),
     "leaky_relu": Activation(
         "leaky_relu({x}, alpha={alpha:g})", "nn.leaky_relu", alpha_attr="alpha"
     ),

@@ -9,13 +9,16 @@ resnet-18`` prints that report. The report is a tool above the build, so it is n
 here: use ``tvm_fuse.memory.report.report``.
 """
 
-from .apply import Applied, apply_to_factory, apply_to_package, plan_storage
-from .fusion import fused_away
-from .graph_storage import GraphStorage, Storage, graph_storage
-from .liveness import Liveness, Tensor
-from .plan import Buffer, MemoryPlan, OverlapError, plan, plan_graph, plan_liveness
-from .relay_kernels import kernel_module, liveness
-from .sharing import Sharing, SharingError, share_storage
+from ..backend import installed
+
+if installed() == "relay":  # the Relax stack imports only ``planner`` and ``liveness``
+    from .apply import Applied, apply_to_factory, apply_to_package, plan_storage
+    from .fusion import fused_away
+    from .graph_storage import GraphStorage, Storage, graph_storage
+    from .liveness import Liveness, Tensor
+    from .plan import Buffer, MemoryPlan, OverlapError, plan, plan_graph, plan_liveness
+    from .relay_kernels import kernel_module, liveness
+    from .sharing import Sharing, SharingError, share_storage
 
 __all__ = [
     "Applied",

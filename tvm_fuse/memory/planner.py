@@ -1,11 +1,14 @@
 """Offset planning: place live ranges in one arena so that no two live tensors overlap.
 
 Works on ``(size, start, end)`` blocks (sizes in bytes, ``[start, end]`` an inclusive range of
-kernel steps); it knows nothing of Relay. The placing itself is TVM's: the unified static memory
-planner's algorithms (``tir.usmp.algo``: greedy by size, greedy by conflicts, hill climb), run on
-one workspace pool; the smallest arena wins. What is ours is around them: the conflicts come from
-the live ranges of the kernels the graph executor runs, :func:`lower_bound` says how far from
-optimal the arena is, and :func:`find_overlap` checks the result independently.
+kernel steps); it knows nothing of Relay or Relax, and both backends plan with it. The placing
+itself is TVM's where TVM has it: the unified static memory planner's algorithms
+(``tir.usmp.algo``: greedy by size, greedy by conflicts, hill climb), run on one workspace pool;
+the smallest arena wins. apache-tvm 0.27 (the Relax stack) has no USMP: there the planner
+places the blocks itself, largest first (:func:`greedy_offsets`, strategy ``greedy``). What is
+ours is around them: the conflicts come from the live ranges of the kernels the executor runs,
+:func:`lower_bound` says how far from optimal the arena is, and :func:`find_overlap` checks the
+result independently.
 
 The arena is what an executor that places tensors at offsets could allocate; the graph executor
 cannot (one allocation per storage id), see ``sharing`` for the plan it runs. Offsets are
@@ -18,8 +21,6 @@ from __future__ import annotations
 from typing import NamedTuple, Sequence
 
 import tvm
-from tvm.ir.memory_pools import WorkspacePoolInfo
-from tvm.tir.usmp.utils import BufferInfo
 
 DEFAULT_ALIGNMENT = 64
 ALGORITHMS = ("greedy_by_size", "greedy_by_conflicts", "hill_climb")
@@ -70,8 +71,26 @@ def _check(blocks: Sequence[Block], alignment: int) -> None:
             raise ValueError(f"tvm_fuse.memory: block {i} {b} has a negative size or range")
 
 
+def has_usmp() -> bool:
+    """Whether this TVM has USMP's algorithms (TVM 0.19 does; apache-tvm 0.27 dropped them)."""
+    try:
+        import tvm.tir.usmp  # noqa: F401  pylint: disable=import-outside-toplevel
+    except ImportError:
+        return False
+    return tvm.get_global_func("tir.usmp.algo.greedy_by_size", allow_missing=True) is not None
+
+
+def default_algorithms() -> tuple[str, ...]:
+    """USMP's three algorithms where TVM has them, else the planner's own ``greedy``."""
+    return ALGORITHMS if has_usmp() else ("greedy",)
+
+
 def _buffer_infos(blocks: Sequence[Block], alignment: int) -> list:
     """One USMP ``BufferInfo`` per block, in conflict with the blocks live at a common step."""
+    # pylint: disable=import-outside-toplevel  (TVM 0.19 only)
+    from tvm.ir.memory_pools import WorkspacePoolInfo
+    from tvm.tir.usmp.utils import BufferInfo
+
     pool = WorkspacePoolInfo("tvm_fuse_arena", [tvm.target.Target("c")])
     infos = [BufferInfo(f"t{i}", b.size, [pool], alignment) for i, b in enumerate(blocks)]
     for i, a in enumerate(blocks):
@@ -90,19 +109,50 @@ def usmp_offsets(blocks: Sequence[Block], algorithm: str, alignment: int) -> lis
     return [int(allocations[info].byte_offset) for info in infos]
 
 
+def greedy_offsets(blocks: Sequence[Block], alignment: int) -> list[int]:
+    """The placement where USMP is missing: largest block first (ties: earliest, then first
+    given), each at the lowest aligned offset free of the placed blocks it meets in time."""
+    order = sorted(range(len(blocks)), key=lambda i: (-blocks[i].size, blocks[i].start, i))
+    offsets: list[int] = [0] * len(blocks)
+    placed: list[int] = []
+    for i in order:
+        taken = sorted(
+            (offsets[j], offsets[j] + align_up(blocks[j].size, alignment))
+            for j in placed
+            if blocks[j].size and overlaps_in_time(blocks[i], blocks[j])
+        )
+        offset = 0
+        for low, high in taken:
+            if offset + blocks[i].size <= low:
+                break
+            offset = max(offset, high)
+        offsets[i] = offset
+        placed.append(i)
+    return offsets
+
+
 def plan_offsets(
     blocks: Sequence[Block],
     alignment: int = DEFAULT_ALIGNMENT,
-    algorithms: Sequence[str] = ALGORITHMS,
+    algorithms: Sequence[str] | None = None,
 ) -> Placement:
-    """The smallest arena over USMP's ``algorithms``; each result is checked for overlaps."""
+    """The smallest arena over ``algorithms`` (USMP's by name, or ``greedy``:
+    :func:`greedy_offsets`; None: :func:`default_algorithms`); each result is checked for
+    overlaps."""
     blocks = [Block(*b) for b in blocks]
     _check(blocks, alignment)
+    algorithms = algorithms or default_algorithms()
+    usmp = has_usmp()
     if not blocks:
         return Placement((), 0, algorithms[0])
     best = None
     for name in algorithms:
-        offsets = usmp_offsets(blocks, name, alignment)
+        if name == "greedy":
+            offsets = greedy_offsets(blocks, alignment)
+        elif usmp:
+            offsets = usmp_offsets(blocks, name, alignment)
+        else:
+            raise ValueError(f"tvm_fuse.memory: {name} needs TVM's USMP, which this TVM lacks")
         pair = find_overlap(blocks, offsets)
         if pair is not None:  # never seen; a USMP bug must not become a wrong plan
             raise AssertionError(f"tvm_fuse.memory: USMP {name} overlapped blocks {pair}")

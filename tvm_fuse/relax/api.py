@@ -1,13 +1,15 @@
 """The Relax backend's API: ``pipeline``, ``optimize``, ``build``, ``describe``.
 
 ``pipeline(target)`` is one ``tvm.transform.Pass`` (use it inside your own ``Sequential``):
-``FoldConstant`` (layout ops on constants with NumPy first) -> ``FoldBatchNorm`` ->
-``ConvertLayoutNHWC`` -> ``FuseConvBiasAct`` -> ``LowerFusedConv``. ``optimize`` binds the params and runs it; ``build`` then compiles with
+``FoldConstant`` (layout ops on constants with NumPy first) -> ``RaiseMinMax`` ->
+``FoldBatchNorm`` -> ``ConvertLayoutNHWC`` -> ``FuseConvBiasAct`` -> ``LowerFusedConv``.
+``optimize`` binds the params and runs it; ``build`` then compiles with
 ``tvm.compile`` (Relax's default pipeline, which leaves the fused kernels as they are: they are
 scheduled and opaque) and returns its executable, to run with ``relax.VirtualMachine``.
 Before ``tvm.compile``, ``build`` legalizes the stock ops left (refused convs, pooling, ...) and
 gives them ``ScheduleFallback``'s parallel, vectorized schedule, which stock Relax does not.
 ``describe`` lists the fused kernels' task descriptions in the order ``main`` calls them.
+``build`` places the activations in one arena at tvm_fuse's planner's offsets (``memory``).
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ from tvm import relax
 
 from ..spec import KernelSpec
 from . import compat, kernel
+from .clip import RaiseMinMax
 from .fallback import ScheduleFallback
 from .fold_bn import FoldBatchNorm
 from .fuse import FuseConvBiasAct, spec_of_function
 from .layout import ConvertLayoutNHWC, FoldConstantTransforms
 from .lower import LowerFusedConv
+from .memory import memory_pipeline
 
 
 def pipeline(target=None) -> tvm.transform.Pass:
@@ -31,6 +35,7 @@ def pipeline(target=None) -> tvm.transform.Pass:
         [
             FoldConstantTransforms(),
             relax.transform.FoldConstant(),
+            RaiseMinMax(),
             FoldBatchNorm(),
             ConvertLayoutNHWC(),
             FuseConvBiasAct(),
@@ -52,14 +57,22 @@ def optimize(mod: tvm.IRModule, params: dict | None = None, target=None) -> tvm.
     return pipeline(target)(bind_params(mod, params))
 
 
-def build(mod: tvm.IRModule, params: dict | None = None, target=None):
+def build(mod: tvm.IRModule, params: dict | None = None, target=None, memory: str = "tvm_fuse"):
     """``tvm.compile`` of the optimized module for ``target`` (None: this CPU), the stock ops
-    left in it legalized first and given the fallback schedule (``ScheduleFallback``)."""
+    left in it legalized first and given the fallback schedule (``ScheduleFallback``);
+    ``memory``: "tvm_fuse" places the activations in one arena (``relax.memory``), "tvm" keeps
+    Relax's storages."""
     target = compat.as_target(target)
+    relax_pipeline = memory_pipeline(memory)  # a bad choice fails before the build
+    lowered = lowered_for_compile(mod, params, target)
+    return tvm.compile(lowered, target=target, relax_pipeline=relax_pipeline)
+
+
+def lowered_for_compile(mod: tvm.IRModule, params: dict | None, target) -> tvm.IRModule:
+    """What ``build`` hands ``tvm.compile``: optimized, stock ops legalized and scheduled."""
     lowered = relax.transform.LegalizeOps()(optimize(mod, params, target))
     with target:
-        lowered = ScheduleFallback()(lowered)
-    return tvm.compile(lowered, target=target)
+        return ScheduleFallback()(lowered)
 
 
 def describe(mod: tvm.IRModule) -> list[KernelSpec]:

@@ -13,7 +13,9 @@ the element-wise ops after them into a composite function ``tvm_fuse.conv2d_nhwc
 Refused (left to TVM's stock ops, the model still right): a conv output, bias sum or residual sum
 with another consumer or returned by the function, a grouped conv, another layout, a dtype other
 than float32, dynamic shapes, a residual that broadcasts, ``clip`` with bounds other than 0 and 6.
-ONNX's ``Clip`` arrives as two ``call_tir`` (maximum, minimum) and stays unfused.
+ONNX's ``Clip(0, 6)`` arrives as ``R.minimum(R.maximum(x, 0), 6)`` once ``RaiseMinMax`` (``clip``)
+has turned the importer's two ``call_tir`` back into ops: it is fused as ``relu6_max_first``, the
+order that keeps the import's NaN -> 0; other bounds are refused.
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ def _relu6(x):  # R.nn.relu6(x) is R.clip(x, 0, 6)
     return is_op("relax.clip")(x, wildcard(), wildcard())
 
 
+def _relu6_max_first(x):  # ONNX's Clip(x, 0, 6) as RaiseMinMax gives it
+    return is_op("relax.minimum")(is_op("relax.maximum")(x, is_const()), is_const())
+
+
 def _silu(x):
     sigmoid = is_op("relax.sigmoid")(x)
     return (
@@ -50,6 +56,7 @@ RELAX_ACTIVATIONS = {
     "none": None,
     "relu": lambda x: is_op("relax.nn.relu")(x),
     "relu6": _relu6,
+    "relu6_max_first": _relu6_max_first,
     "leaky_relu": lambda x: is_op("relax.nn.leakyrelu")(x),
     "sigmoid": lambda x: is_op("relax.sigmoid")(x),
     "silu": _silu,
@@ -114,8 +121,9 @@ def fusion_refusal(context) -> str | None:
     if residual is not None and compat.tensor_dtype(residual) != "float32":
         return "the residual is not float32"
     root = context.annotated_expr["root"]
-    if _op_name(root) == "relax.clip" and _clip_bounds(root) != (0.0, 6.0):
-        return f"clip{_clip_bounds(root)} is not relu6"
+    bounds = _clip_bounds(root, context.matched_bindings)
+    if bounds is not None and bounds != (0.0, 6.0):
+        return f"clip{bounds} is not relu6"
     if has_leaking_intermediate_variables(context):
         return "an intermediate result of the chain has another consumer"
     return None
@@ -125,8 +133,15 @@ def _op_name(call) -> str:
     return call.op.name if isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) else ""
 
 
-def _clip_bounds(call):
-    return tuple(float(compat.prim_value(a)) for a in call.args[1:])
+def _clip_bounds(call, bindings):
+    """(low, high) of ``clip(x, low, high)`` or of ``minimum(maximum(x, low), high)`` (its
+    inner call looked up in ``bindings``), else None."""
+    if _op_name(call) == "relax.clip":
+        return tuple(float(compat.prim_value(a)) for a in call.args[1:])
+    if _op_name(call) == "relax.minimum":
+        inner = bindings.get(call.args[0], call.args[0])
+        return float(compat.prim_value(inner.args[1])), float(compat.prim_value(call.args[1]))
+    return None
 
 
 # -- the composite's chain, read back ----------------------------------------------------------
@@ -188,6 +203,8 @@ def _activation_name(value) -> str:
     return {
         "relax.nn.relu": "relu",
         "relax.clip": "relu6",
+        "relax.maximum": "relu6_max_first",
+        "relax.minimum": "relu6_max_first",
         "relax.nn.leakyrelu": "leaky_relu",
         "relax.sigmoid": "sigmoid",
         "relax.nn.silu": "silu",
