@@ -36,9 +36,9 @@ LAYERS = [
     (
         "graph half",
         ["passes", "passes.*", "params"]
-        + ["relax.fold_bn", "relax.layout", "relax.fuse", "relax.lower"],
+        + ["relax.fold_bn", "relax.layout", "relax.clip", "relax.fuse", "relax.lower"],
     ),
-    ("memory plan", ["memory", "memory.*"]),
+    ("memory plan", ["memory", "memory.*", "relax.memory", "relax.offsets"]),
     ("pipeline", ["api", "relax.api"]),
     ("tuning", ["tuning", "tuning.*"]),
     ("examples", ["examples", "models", "onnx_example", "testing"]),

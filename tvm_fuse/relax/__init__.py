@@ -14,7 +14,7 @@ from ..lazy import lazy_exports
 _EXPORTS = {
     "build": "api",
     "describe": "api",
-    "memory_plan": "memory",
+    "memory_plan": "api",
     "optimize": "api",
     "pipeline": "api",
 }

@@ -9,7 +9,8 @@ scheduled and opaque) and returns its executable, to run with ``relax.VirtualMac
 Before ``tvm.compile``, ``build`` legalizes the stock ops left (refused convs, pooling, ...) and
 gives them ``ScheduleFallback``'s parallel, vectorized schedule, which stock Relax does not.
 ``describe`` lists the fused kernels' task descriptions in the order ``main`` calls them.
-``build`` places the activations in one arena at tvm_fuse's planner's offsets (``memory``).
+``build`` places the activations in one arena at tvm_fuse's planner's offsets (``memory``);
+``memory_plan`` gives that plan's numbers.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from .fold_bn import FoldBatchNorm
 from .fuse import FuseConvBiasAct, spec_of_function
 from .layout import ConvertLayoutNHWC, FoldConstantTransforms
 from .lower import LowerFusedConv
+from . import memory
 from .memory import memory_pipeline
 
 
@@ -99,3 +101,16 @@ def _spec_of_call(mod, value):
     if isinstance(func, compat.PrimFunc):
         return kernel.spec_of(func)
     return spec_of_function(func)
+
+
+def memory_plan(
+    mod: tvm.IRModule, params: dict | None = None, target=None
+) -> memory.ArenaPlan | None:
+    """The arena plan ``tvm_fuse.relax.build`` makes for ``mod``'s ``main`` (print it for
+    Relax's storage bytes against the arena and the lower bound), or None (nothing planned)."""
+    target = compat.as_target(target)
+    with target:
+        planned = tvm.transform.Sequential(memory.until_static_plan())(
+            lowered_for_compile(mod, params, target)
+        )
+    return memory.plan_of(planned)

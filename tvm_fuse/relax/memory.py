@@ -12,7 +12,7 @@ by Relax either) stay where they are. It keeps Relax's plan, unchanged, when the
 smaller, or for a function that is not one block of bindings on one device.
 
 ``pipeline()`` is ``tvm.compile``'s CPU pipeline (apache-tvm 0.27's ``default_build_pipeline``)
-with the pass after ``StaticPlanBlockMemory``; ``memory_plan(mod, params)`` gives the numbers
+with the pass after ``StaticPlanBlockMemory``; ``api.memory_plan(mod, params)`` gives the numbers
 (Relax's storages, the arena, the lower bound) of what ``build`` does with a model.
 """
 
@@ -138,19 +138,6 @@ def plan_function(func) -> ArenaPlan | None:
 def plan_of(mod: tvm.IRModule, name: str = "main") -> ArenaPlan | None:
     """:func:`plan_function` of ``mod[name]``."""
     return plan_function(mod[name])
-
-
-def memory_plan(mod: tvm.IRModule, params: dict | None = None, target=None) -> ArenaPlan | None:
-    """The arena plan ``tvm_fuse.relax.build`` makes for ``mod``'s ``main`` (print it for
-    Relax's storage bytes against the arena and the lower bound), or None (nothing planned)."""
-    from .api import lowered_for_compile  # pylint: disable=import-outside-toplevel
-
-    target = compat.as_target(target)
-    with target:
-        planned = tvm.transform.Sequential(until_static_plan())(
-            lowered_for_compile(mod, params, target)
-        )
-    return plan_of(planned)
 
 
 def PlaceInArena() -> tvm.transform.Pass:  # pylint: disable=invalid-name  (TVM's pass style)
