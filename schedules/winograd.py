@@ -15,9 +15,10 @@ tiles (``block_rows`` whole tile rows x a chunk of ``Co / co_chunks`` channels) 
 
 Tiles that overhang the map are computed on zero padding and never stored; a Co that is not a
 whole number of vectors arrives zero-padded in the weight, its extra channels are never stored.
-The computation is ``schedules.winograd_te`` (shared with the Relax backend). Tile sizes are AutoTVM knobs whose fallback is
-the analytic model of ``schedules.winograd_tiling``. Refuses anything but float32 data and a
-Winograd-domain weight (the strategy never sends other convs here).
+The computation is ``schedules.winograd_te`` (shared with the Relax backend). Tile sizes are
+AutoTVM knobs whose fallback is the analytic model of ``schedules.winograd_tiling``. Refuses
+anything but float32 data and a Winograd-domain weight (the strategy never sends other convs
+here).
 """
 
 import tvm
@@ -109,12 +110,8 @@ def _define_knobs(cfg, nh, nw, co_vectors, lanes):
 
 
 def _tile_co(cfg, co_vectors):
-    """The register tile's Co vectors, made a divisor of the Co chunk."""
-    chunk = co_vectors // cfg["co_chunks"].val
-    tile_co = cfg["tile_co"].val
-    while chunk % tile_co:
-        tile_co -= 1
-    return chunk, tile_co
+    """The Co chunk and the register tile's Co vectors (a divisor of the chunk)."""
+    return winograd_tiling.chunk_and_tile_co(co_vectors, cfg["co_chunks"].val, cfg["tile_co"].val)
 
 
 @autotvm.register_topi_compute(NAME)
