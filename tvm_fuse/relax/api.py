@@ -24,9 +24,11 @@ from .layout import ConvertLayoutNHWC, FoldConstantTransforms
 from .lower import LowerFusedConv
 
 
-def pipeline(target=None) -> tvm.transform.Pass:
+def pipeline(target=None, algorithm="auto", precision="default") -> tvm.transform.Pass:
     """tvm_fuse's Relax passes as one pass; the kernels are chosen and the weights packed for
-    ``target`` (None: the enclosing ``with target``, else this CPU)."""
+    ``target`` (None: the enclosing ``with target``, else this CPU). ``algorithm="direct"`` turns
+    Winograd off; ``precision="high"`` allows F(2x2) only (``tvm_fuse.algorithm_options``)."""
+    lower = LowerFusedConv(target, algorithm, precision)  # checks the options first
     return tvm.transform.Sequential(
         [
             FoldConstantTransforms(),
@@ -34,7 +36,7 @@ def pipeline(target=None) -> tvm.transform.Pass:
             FoldBatchNorm(),
             ConvertLayoutNHWC(),
             FuseConvBiasAct(),
-            LowerFusedConv(target),
+            lower,
         ],
         name="tvm_fuse.relax.pipeline",
     )
@@ -47,16 +49,30 @@ def bind_params(mod: tvm.IRModule, params: dict | None) -> tvm.IRModule:
     return relax.transform.BindParams("main", dict(params))(mod)
 
 
-def optimize(mod: tvm.IRModule, params: dict | None = None, target=None) -> tvm.IRModule:
-    """``mod`` with ``params`` bound, through :func:`pipeline`."""
-    return pipeline(target)(bind_params(mod, params))
+def optimize(
+    mod: tvm.IRModule,
+    params: dict | None = None,
+    target=None,
+    algorithm="auto",
+    precision="default",
+) -> tvm.IRModule:
+    """``mod`` with ``params`` bound, through :func:`pipeline` (options: see there)."""
+    return pipeline(target, algorithm, precision)(bind_params(mod, params))
 
 
-def build(mod: tvm.IRModule, params: dict | None = None, target=None):
+def build(
+    mod: tvm.IRModule,
+    params: dict | None = None,
+    target=None,
+    algorithm="auto",
+    precision="default",
+):
     """``tvm.compile`` of the optimized module for ``target`` (None: this CPU), the stock ops
-    left in it legalized first and given the fallback schedule (``ScheduleFallback``)."""
+    left in it legalized first and given the fallback schedule (``ScheduleFallback``).
+    ``algorithm``, ``precision``: see :func:`pipeline`."""
     target = compat.as_target(target)
-    lowered = relax.transform.LegalizeOps()(optimize(mod, params, target))
+    optimized = optimize(mod, params, target, algorithm, precision)
+    lowered = relax.transform.LegalizeOps()(optimized)
     with target:
         lowered = ScheduleFallback()(lowered)
     return tvm.compile(lowered, target=target)
