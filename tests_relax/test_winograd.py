@@ -12,7 +12,7 @@ picks Winograd.
 import numpy as np
 import pytest
 import tvm
-from tvm import relax
+from tvm import relax, tirx
 
 import tvm_fuse.relax as tfr
 from helpers import module, run, tensor_var
@@ -120,6 +120,24 @@ def test_kernel_is_parallel_vectorized_and_carries_its_spec():
     assert "T.parallel" in text and "T.vectorized" in text
     assert kernel.spec_of(func) == spec
     assert str(func.attrs["tvm_fuse.kernel"]) == winograd.NAME
+
+
+@pytest.mark.parametrize(
+    "name,up_front",
+    [("ci16_co16_map7_f2", False), ("ci64_co64_map14_leaky_f4", True)],
+)
+def test_input_transform_is_parallel_over_tiles(name, up_front):
+    """In a block or up front (the plan's ``v_root``), the input transform runs under one
+    parallel loop, its tiles not unrolled: only the alpha x alpha points are."""
+    spec = KERNEL_CASES[name]
+    assert winograd.plan_for(spec, CORES).v_root == up_front
+    sch = compat.Schedule(kernel.prim_func(spec, cores=CORES))
+    loops = [sch.get(loop) for loop in sch.get_loops(sch.get_sblock("wino_v"))]
+    kinds = [int(loop.kind) for loop in loops]
+    assert kinds.count(int(tirx.ForKind.PARALLEL)) == 1
+    alpha = spec.winograd_tile + 2
+    unrolled = [int(loop.extent) for loop in loops if int(loop.kind) == int(tirx.ForKind.UNROLLED)]
+    assert unrolled == [alpha, alpha]
 
 
 # -- through build -------------------------------------------------------------------------------

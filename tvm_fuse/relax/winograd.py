@@ -67,14 +67,9 @@ def schedule(sch, spec: KernelSpec, plan: winograd_tiling.Plan, blocks: dict, ou
     _schedule_gemm(sch, gemm, copy, plan.tile_p, tile_co, lanes)
 
     v, rows = blocks["wino_v"], blocks["wino_rows"]
-    if plan.v_root:
-        _, _, vb, vblk, vq, _ = sch.get_loops(v)
-        fused = sch.fuse(vb, vblk, vq)
-        sch.reorder(fused, *sch.get_loops(v)[:2])
-        sch.parallel(fused)
-    else:
+    if not plan.v_root:
         sch.compute_at(v, block)
-    _schedule_input(sch, v, rows, lanes)
+    _schedule_input(sch, v, rows, lanes, up_front=bool(plan.v_root))
     pad = blocks["data_pad"]
     pb, ph, _, _ = sch.get_loops(pad)
     sch.parallel(sch.fuse(pb, ph))
@@ -101,11 +96,18 @@ def _schedule_gemm(sch, gemm, copy, tile_p, tile_co, lanes):
     sch.decompose_reduction(gemm, rc)
 
 
-def _schedule_input(sch, v, rows, lanes):
-    """The input transform of a block, one Ci vector of one tile at a time."""
-    e, nu, q, c = sch.get_loops(v)[-4:]
+def _schedule_input(sch, v, rows, lanes, up_front):
+    """The input transform, one Ci vector of one tile at a time: of a block (``v`` computed
+    at it), or of the whole input (``up_front``: the tiles in parallel)."""
+    if up_front:
+        e, nu, b, blk, q, c = sch.get_loops(v)
+        tiles = sch.fuse(b, blk, q)
+    else:
+        e, nu, tiles, c = sch.get_loops(v)[-4:]
     c_o, c_l = sch.split(c, [None, lanes])
-    sch.reorder(q, c_o, e, nu, c_l)
+    sch.reorder(tiles, c_o, e, nu, c_l)
+    if up_front:
+        sch.parallel(tiles)
     sch.unroll(e)
     sch.unroll(nu)
     sch.vectorize(c_l)
