@@ -15,23 +15,20 @@ tiles (``block_rows`` whole tile rows x a chunk of ``Co / co_chunks`` channels) 
 
 Tiles that overhang the map are computed on zero padding and never stored; a Co that is not a
 whole number of vectors arrives zero-padded in the weight, its extra channels are never stored.
-The transforms are written as explicit sums over the non-zero matrix entries, so no product by
-0 or 1 is left once the tile loops are unrolled. Tile sizes are AutoTVM knobs whose fallback is
-the analytic model of ``schedules.winograd_tiling``. Refuses anything but float32 data and a
-Winograd-domain weight (the strategy never sends other convs here).
+The computation is ``schedules.winograd_te`` (shared with the Relax backend). Tile sizes are
+AutoTVM knobs whose fallback is the analytic model of ``schedules.winograd_tiling``. Refuses
+anything but float32 data and a Winograd-domain weight (the strategy never sends other convs
+here).
 """
 
 import tvm
-from tvm import autotvm, te, tir, topi
+from tvm import autotvm, te
 from tvm.autotvm.task.space import OtherOptionEntity
 
 from ..spec import KernelSpec
-from . import winograd_tiling, winograd_weights
-from .epilogue import apply_epilogue
-from .winograd_weights import transform_matrices
+from . import winograd_te, winograd_tiling, winograd_weights
 
 NAME = "conv2d_nhwc_winograd.x86"
-GEMM_TAG = "conv2d_nhwc_winograd_gemm"
 #: Tag of the HWIO stand-in for the transformed weight that the template receives at build time.
 LOGICAL_WEIGHT_TAG = "conv2d_nhwc_winograd_hwio_view"
 
@@ -92,32 +89,6 @@ def _transformed_weight(spec: KernelSpec, weight):
     return te.placeholder(spec.weight.shape, spec.weight.dtype, name="weight_winograd")
 
 
-def _combine(coeffs, index, term):
-    """``sum_k coeffs[k, index] * term(k)`` for a symbolic ``index``: a Select over its values,
-    each an explicit sum of the non-zero terms (folded to one sum once ``index`` is unrolled)."""
-    expr = None
-    for col in reversed(range(coeffs.shape[1])):
-        value = _sparse_sum(coeffs[:, col], term)
-        expr = value if expr is None else tir.if_then_else(index == col, value, expr)
-    return expr
-
-
-def _sparse_sum(column, term):
-    """``sum_k column[k] * term(k)`` over the non-zero entries, a positive one first (so that
-    -1 entries become subtractions and 1 entries plain additions)."""
-    entries = sorted((k for k in range(len(column)) if column[k] != 0), key=lambda k: column[k] < 0)
-    total = None
-    for k in entries:
-        coeff, x = float(column[k]), term(k)
-        if total is None:
-            total = x if coeff == 1 else x * tir.const(coeff, x.dtype)
-        elif abs(coeff) == 1:
-            total = total + x if coeff == 1 else total - x
-        else:
-            total = total + x * tir.const(coeff, x.dtype)
-    return total
-
-
 def _define_knobs(cfg, nh, nw, co_vectors, lanes):
     """tile_p x tile_co: the register tile (tiles of a block x Co vectors); block_rows,
     co_chunks: the parallel block (tile rows x a chunk of Co vectors)."""
@@ -139,12 +110,8 @@ def _define_knobs(cfg, nh, nw, co_vectors, lanes):
 
 
 def _tile_co(cfg, co_vectors):
-    """The register tile's Co vectors, made a divisor of the Co chunk."""
-    chunk = co_vectors // cfg["co_chunks"].val
-    tile_co = cfg["tile_co"].val
-    while chunk % tile_co:
-        tile_co -= 1
-    return chunk, tile_co
+    """The Co chunk and the register tile's Co vectors (a divisor of the chunk)."""
+    return winograd_tiling.chunk_and_tile_co(co_vectors, cfg["co_chunks"].val, cfg["tile_co"].val)
 
 
 @autotvm.register_topi_compute(NAME)
@@ -163,97 +130,11 @@ def conv2d_nhwc_winograd_x86(
 
 
 def _kernel(cfg, spec: KernelSpec, data, weight, bias, residual):
-    """TE of the Winograd kernel on the transformed ``weight``, with the knobs of ``cfg``.
-
-    The tiles of a block (``block_rows`` tile rows) are one axis ``q``, padded to whole
-    register tiles; the padding tiles repeat the block's last tile and are never stored."""
+    """TE of the Winograd kernel (``schedules.winograd_te``) with the knobs of ``cfg``."""
     m, (ho, wo) = spec.winograd_tile, spec.out_hw
-    nh, nw = -(-ho // m), -(-wo // m)
-    _define_knobs(cfg, nh, nw, spec.weight.shape[2], spec.lanes)
-    grid = _Grid(m, nh, nw, cfg["block_rows"].val, cfg["tile_p"].val)
-    v = _input_transform(spec, data, grid)
-    gemm = _batched_gemm(spec, v, weight)
-    acc = _output_transform(spec, gemm, grid)
-    return apply_epilogue(acc, bias, residual, spec.activation, spec.alpha)
-
-
-class _Grid:
-    """The tiles of the output (``nh x nw``) and their blocks: ``blocks`` of ``rows`` tile rows,
-    each padded to ``per_block`` tiles (whole register tiles of the config)."""
-
-    def __init__(self, m, nh, nw, rows, tile_p):
-        self.m, self.nh, self.nw, self.rows = m, nh, nw, rows
-        self.blocks = -(-nh // self.rows)
-        self.per_block = -(-(self.rows * nw) // tile_p) * tile_p
-
-    def origin(self, blk, q):
-        """(y, x) of the top-left input pixel of tile ``q`` of block ``blk`` (padding tiles:
-        the block's last tile)."""
-        if self.per_block != self.rows * self.nw:
-            q = te.min(q, self.rows * self.nw - 1)
-        return te.min(blk * self.rows + q // self.nw, self.nh - 1) * self.m, q % self.nw * self.m
-
-
-def _input_transform(spec: KernelSpec, data, grid: _Grid):
-    """``V = B^T d B`` of every tile, ``[alpha, alpha, N, blocks, per_block, Ci]`` (Ci padded to
-    whole vectors with zeros), through the row transform ``d B``."""
-    n, h, w, ci = spec.data.shape
-    m, size, lanes = grid.m, grid.m + 2, spec.lanes
-    _, b_mat, _ = transform_matrices(m)
-    ci_pad = -(-ci // lanes) * lanes
-    top, left, _, _ = spec.padding
-    pad_after = [0, grid.nh * m + 2 - h - top, grid.nw * m + 2 - w - left, ci_pad - ci]
-    dpad = topi.nn.pad(data, [0, top, left, 0], pad_after, name="data_pad")
-
-    def row_transform(b, blk, q, r, nu, c):
-        y, x = grid.origin(blk, q)
-        return _combine(b_mat, nu, lambda j: dpad[b, y + r, x + j, c])
-
-    tiles = (n, grid.blocks, grid.per_block)
-    rows_t = te.compute((*tiles, size, size, ci_pad), row_transform, name="wino_rows")
-    return te.compute(
-        (size, size, *tiles, ci_pad),
-        lambda e, nu, b, blk, q, c: _combine(b_mat, e, lambda r: rows_t[b, blk, q, r, nu, c]),
-        name="wino_v",
-    )
-
-
-def _batched_gemm(spec: KernelSpec, v, weight):
-    """``M = V U`` at each of the alpha^2 points, over Ci. The reduction runs over whole
-    vectors of Ci too: V's padded channels are zero and multiply the weight's last real row."""
-    ci, ci_pad, lanes = spec.in_channels, int(v.shape[5]), spec.lanes
-    rc = te.reduce_axis((0, ci_pad), name="rc")
-    row = rc if ci == ci_pad else te.min(rc, ci - 1)
-    out_dtype = spec.out.dtype
-    return te.compute(
-        (*v.shape[:5], spec.weight.shape[2] * lanes),
-        lambda e, nu, b, blk, q, co: te.sum(
-            v[e, nu, b, blk, q, rc].astype(out_dtype)
-            * weight[e, nu, co // lanes, row, co % lanes].astype(out_dtype),
-            axis=rc,
-        ),
-        name="wino_m",
-        tag=GEMM_TAG,
-    )
-
-
-def _output_transform(spec: KernelSpec, gemm, grid: _Grid):
-    """``Y = A^T M A`` of every tile, through the column transform ``M A``, cut to the output."""
-    m, size, rows, nw = grid.m, grid.m + 2, grid.rows, grid.nw
-    a_mat, _, _ = transform_matrices(m)
-
-    def col_transform(b, th, tw, e, x, co):
-        q = th % rows * nw + tw
-        return _combine(a_mat, x, lambda nu: gemm[e, nu, b, th // rows, q, co])
-
-    n, channels = spec.data.shape[0], spec.out_channels
-    shape = (n, grid.nh, nw, size, m, int(gemm.shape[5]))
-    cols_t = te.compute(shape, col_transform, name="wino_cols")
-    return te.compute(
-        (n, *spec.out_hw, channels),
-        lambda b, y, x, c: _combine(a_mat, y % m, lambda e: cols_t[b, y // m, x // m, e, x % m, c]),
-        name="wino_acc",
-    )
+    _define_knobs(cfg, -(-ho // m), -(-wo // m), spec.weight.shape[2], spec.lanes)
+    block_rows, tile_p = cfg["block_rows"].val, cfg["tile_p"].val
+    return winograd_te.compute(spec, data, weight, bias, residual, block_rows, tile_p)
 
 
 @autotvm.register_topi_schedule(NAME)

@@ -61,6 +61,15 @@ def choose_plan(lanes: int, nh: int, nw: int, co_vectors: int, cores: int = DEFA
     return Plan(tile_p, tile_co, block_rows=nh, co_chunks=co_chunks, v_root=int(co_chunks > 1))
 
 
+def chunk_and_tile_co(co_vectors: int, co_chunks: int, tile_co: int) -> tuple[int, int]:
+    """Co vectors per parallel chunk, and the register tile's ``tile_co`` made a divisor of the
+    chunk (a tuned config may pair knobs the plan would not)."""
+    chunk = co_vectors // co_chunks
+    while chunk % tile_co:
+        tile_co -= 1
+    return chunk, tile_co
+
+
 # -- which algorithm: the cost model the graph half asks ------------------------------------------
 #: Multiply-adds per ns that both kernels' inner loops reach with 8 lanes (one Zen 3 core,
 #: measured: about 70 GFLOP/s direct; Winograd's GEMM alike), assumed to scale with the lanes.
@@ -120,3 +129,16 @@ def choose_winograd_tile(
 
     best = min(tiles, key=cost, default=0)
     return best if best and cost(best) * MIN_GAIN <= cost(0) else 0
+
+
+def tile_for_spec(spec, lanes: int, cores: int = 0, tiles=TILES) -> int:
+    """m of the Winograd tile (one of ``tiles``) the model picks for the conv of ``spec`` (a
+    ``KernelSpec`` whose weight is HWIO) with ``lanes`` fp32 lanes on ``cores`` cores (0:
+    ``DEFAULT_CORES``), or 0: direct. Winograd applies to 3x3 stride-1 dilation-1 convs only;
+    whether the fast path applies at all is the caller's (each backend reads its target)."""
+    conv = (spec.kernel_size, spec.strides, spec.dilation, spec.weight.layout)
+    if conv != ((3, 3), (1, 1), (1, 1), "HWIO"):
+        return 0
+    n, (ho, wo) = spec.data.shape[0], spec.out_hw
+    args = (n, ho, wo, spec.in_channels, spec.out_channels, lanes, cores or DEFAULT_CORES)
+    return choose_winograd_tile(*args, tiles=tiles)

@@ -28,9 +28,13 @@ LAYERS = [
     (
         "foundation",
         ["spec", "errors", "target", "ir_utils", "bn_fold", "dispatch", "lazy", "sizes", "backend"]
+        + ["algorithm_options"]
         + ["relax", "relax.compat"],  # the Relax backend's package and its apache-tvm API
     ),
-    ("kernel half", ["schedules", "schedules.*", "relax.kernel", "relax.fallback"]),
+    (
+        "kernel half",
+        ["schedules", "schedules.*", "relax.kernel", "relax.winograd", "relax.fallback"],
+    ),
     ("relay ops", ["op", "exit_op"]),
     ("meeting point", ["strategy", "relax.strategy"]),
     (

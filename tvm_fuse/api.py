@@ -18,11 +18,12 @@ from tvm import relay
 from . import dispatch
 from . import op as fused_op
 from . import strategy  # noqa: F401  (registers the kernels the fused calls build with)
+from .algorithm_options import check_options
 from .ir_utils import relay_functions
 from .memory.apply import apply_to_factory, check_mode as check_memory_mode
 from .errors import UserError
 from .params import BindParams, WarnComputedWeights, bind_main, require_no_free_vars
-from .passes.algorithm import ChooseAlgorithm, check_options
+from .passes.algorithm import ChooseAlgorithm
 from .passes.bias import FlattenChannelBias
 from .passes.fold_bn import FoldBatchNorm
 from .passes.fuse import FuseConvBiasAct

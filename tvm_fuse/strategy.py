@@ -75,14 +75,10 @@ def winograd_tile(spec: KernelSpec, target, tiles=winograd_tiling.TILES) -> int:
     """m of the Winograd F(m x m, 3x3) kernel (one of ``tiles``) the cost model expects to be
     faster than the direct kernel for ``spec`` on ``target``, or 0 (direct). Winograd applies to
     3x3 stride-1 dilation-1 convs on an HWIO weight where the fast path applies."""
-    conv = (spec.kernel_size, spec.strides, spec.dilation, spec.weight.layout)
-    if conv != ((3, 3), (1, 1), (1, 1), "HWIO") or fast_path_refusal(spec, target):
+    if fast_path_refusal(spec, target):
         return 0
-    n, (ho, wo) = spec.data.shape[0], spec.out_hw
-    cores = int(target.attrs.get("num-cores", 0)) or winograd_tiling.DEFAULT_CORES
-    lanes = simd_lanes(target)
-    args = (n, ho, wo, spec.in_channels, spec.out_channels, lanes, cores)
-    return winograd_tiling.choose_winograd_tile(*args, tiles=tiles)
+    cores = int(target.attrs.get("num-cores", 0))
+    return winograd_tiling.tile_for_spec(spec, simd_lanes(target), cores, tiles)
 
 
 # -- what the kernel half wants -----------------------------------------------------------------

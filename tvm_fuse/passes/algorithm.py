@@ -9,7 +9,8 @@ path applies, and where the kernel half's cost model expects Winograd to be clea
 ``algorithm="direct"`` leaves every call direct. ``precision`` chooses the tiles the model may
 pick: ``"default"`` F(2x2) and F(4x4), ``"high"`` F(2x2) only (its error is ~10x smaller).
 A call already decided (a Winograd spec, or a weight packed already) is left as it is, so the
-pass is idempotent. It refuses unknown ``algorithm`` / ``precision`` values with a ValueError.
+pass is idempotent. It refuses unknown ``algorithm`` / ``precision`` values with a UserError
+(``tvm_fuse.algorithm_options``, shared with the Relax backend).
 """
 
 from __future__ import annotations
@@ -22,26 +23,9 @@ from tvm.relay.dataflow_pattern import CallPattern, DFPatternCallback, is_op
 
 from .. import op as fused_op
 from .. import strategy
+from ..algorithm_options import PRECISIONS, check_options
 from ..ir_utils import rewrite_functions
 from ..target import target_or_current
-
-#: The algorithms a build may ask for: "auto" (per conv, by the cost model) or "direct".
-ALGORITHMS = ("auto", "direct")
-#: The Winograd tiles each precision allows.
-PRECISIONS = {"default": (2, 4), "high": (2,)}
-
-
-def check_options(algorithm: str, precision: str) -> None:
-    """One clear error for an unknown ``algorithm`` or ``precision``."""
-    if algorithm not in ALGORITHMS:
-        raise ValueError(
-            f"tvm_fuse: unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}"
-        )
-    if precision not in PRECISIONS:
-        raise ValueError(
-            f"tvm_fuse: unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}"
-        )
-
 
 def ChooseAlgorithm(  # pylint: disable=invalid-name  (pass style)
     target=None, algorithm: str = "auto", precision: str = "default"

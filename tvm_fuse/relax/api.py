@@ -26,13 +26,14 @@ from .fold_bn import FoldBatchNorm
 from .fuse import FuseConvBiasAct, spec_of_function
 from .layout import ConvertLayoutNHWC, FoldConstantTransforms
 from .lower import LowerFusedConv
-from . import memory
-from .memory import memory_pipeline
+from .memory import ArenaPlan, memory_pipeline, plan_of, until_static_plan
 
 
-def pipeline(target=None) -> tvm.transform.Pass:
+def pipeline(target=None, algorithm="auto", precision="default") -> tvm.transform.Pass:
     """tvm_fuse's Relax passes as one pass; the kernels are chosen and the weights packed for
-    ``target`` (None: the enclosing ``with target``, else this CPU)."""
+    ``target`` (None: the enclosing ``with target``, else this CPU). ``algorithm="direct"`` turns
+    Winograd off; ``precision="high"`` allows F(2x2) only (``tvm_fuse.algorithm_options``)."""
+    lower = LowerFusedConv(target, algorithm, precision)  # checks the options first
     return tvm.transform.Sequential(
         [
             FoldConstantTransforms(),
@@ -41,7 +42,7 @@ def pipeline(target=None) -> tvm.transform.Pass:
             FoldBatchNorm(),
             ConvertLayoutNHWC(),
             FuseConvBiasAct(),
-            LowerFusedConv(target),
+            lower,
         ],
         name="tvm_fuse.relax.pipeline",
     )
@@ -54,25 +55,41 @@ def bind_params(mod: tvm.IRModule, params: dict | None) -> tvm.IRModule:
     return relax.transform.BindParams("main", dict(params))(mod)
 
 
-def optimize(mod: tvm.IRModule, params: dict | None = None, target=None) -> tvm.IRModule:
-    """``mod`` with ``params`` bound, through :func:`pipeline`."""
-    return pipeline(target)(bind_params(mod, params))
+def optimize(
+    mod: tvm.IRModule,
+    params: dict | None = None,
+    target=None,
+    algorithm="auto",
+    precision="default",
+) -> tvm.IRModule:
+    """``mod`` with ``params`` bound, through :func:`pipeline` (options: see there)."""
+    return pipeline(target, algorithm, precision)(bind_params(mod, params))
 
 
-def build(mod: tvm.IRModule, params: dict | None = None, target=None, memory: str = "tvm_fuse"):
+def build(
+    mod: tvm.IRModule,
+    params: dict | None = None,
+    target=None,
+    algorithm="auto",
+    precision="default",
+    memory: str = "tvm_fuse",
+):
     """``tvm.compile`` of the optimized module for ``target`` (None: this CPU), the stock ops
-    left in it legalized first and given the fallback schedule (``ScheduleFallback``);
-    ``memory``: "tvm_fuse" places the activations in one arena (``relax.memory``), "tvm" keeps
-    Relax's storages."""
+    left in it legalized first and given the fallback schedule (``ScheduleFallback``).
+    ``algorithm``, ``precision``: see :func:`pipeline`; ``memory``: "tvm_fuse" places the
+    activations in one arena (``relax.memory``), "tvm" keeps Relax's storages."""
     target = compat.as_target(target)
     relax_pipeline = memory_pipeline(memory)  # a bad choice fails before the build
-    lowered = lowered_for_compile(mod, params, target)
+    lowered = lowered_for_compile(mod, params, target, algorithm, precision)
     return tvm.compile(lowered, target=target, relax_pipeline=relax_pipeline)
 
 
-def lowered_for_compile(mod: tvm.IRModule, params: dict | None, target) -> tvm.IRModule:
+def lowered_for_compile(
+    mod: tvm.IRModule, params: dict | None, target, algorithm="auto", precision="default"
+) -> tvm.IRModule:
     """What ``build`` hands ``tvm.compile``: optimized, stock ops legalized and scheduled."""
-    lowered = relax.transform.LegalizeOps()(optimize(mod, params, target))
+    optimized = optimize(mod, params, target, algorithm, precision)
+    lowered = relax.transform.LegalizeOps()(optimized)
     with target:
         return ScheduleFallback()(lowered)
 
@@ -105,12 +122,12 @@ def _spec_of_call(mod, value):
 
 def memory_plan(
     mod: tvm.IRModule, params: dict | None = None, target=None
-) -> memory.ArenaPlan | None:
+) -> ArenaPlan | None:
     """The arena plan ``tvm_fuse.relax.build`` makes for ``mod``'s ``main`` (print it for
     Relax's storage bytes against the arena and the lower bound), or None (nothing planned)."""
     target = compat.as_target(target)
     with target:
-        planned = tvm.transform.Sequential(memory.until_static_plan())(
+        planned = tvm.transform.Sequential(until_static_plan())(
             lowered_for_compile(mod, params, target)
         )
-    return memory.plan_of(planned)
+    return plan_of(planned)

@@ -65,7 +65,7 @@ def explain(mod: tvm.IRModule, target) -> str:
     lines.append(f"fused kernels: {len(specs)} (target {target})")
     for i, spec in enumerate(specs):
         refusal = strategy.fast_path_refusal(spec, target)
-        name = kernel.GENERIC_NAME if spec.lanes is None else kernel.FAST_NAME
+        name = kernel.kernel_name(spec)
         why = f" ({refusal})" if refusal and spec.lanes is None else ""
         lines.append(f"\nkernel {i}: {name}{why}")
         lines.append(str(spec))

@@ -4,8 +4,10 @@
 with ``call_tir``). Its computation is the Relay backend's, built by the same code:
 ``schedules.fused_te`` on the packed ``OHWI{VL}o`` weight, or, when the weight stayed HWIO (the
 fast kernel refused the spec: ``fast_path_refusal``), ``schedules.generic`` (TOPI's NHWC conv);
-both end in ``schedules.epilogue``. The tiles are the tile model's (``schedules.tiling``), and the
-loop nests are the Relay schedule's, written with ``tvm.s_tir.Schedule``:
+both end in ``schedules.epilogue``; a Winograd spec (a ``WINO{m}_{VL}o`` weight) runs
+``schedules.winograd_te``, scheduled by ``relax.winograd``. The tiles are the tile model's
+(``schedules.tiling``), and the loop nests are the Relay schedule's, written with
+``tvm.s_tir.Schedule``:
 
 - along Wo: (N, Co blocks, Ho) fused and parallel; at each Wo tile the conv's ``owb`` x ``ocb``
   register tile (a ``local`` buffer) accumulates over (Kh, Kw, Ci), unrolled, the channel lanes
@@ -24,9 +26,9 @@ from __future__ import annotations
 
 from tvm import te
 
-from ..schedules import fused_te, generic, nhwc_to_nchw, tiling
+from ..schedules import fused_te, generic, nhwc_to_nchw, tiling, winograd_te, winograd_tiling
 from ..spec import KernelSpec
-from . import compat
+from . import compat, winograd
 
 #: PrimFunc attribute holding the KernelSpec as JSON
 SPEC_ATTR = "tvm_fuse.spec"
@@ -36,34 +38,46 @@ GENERIC_NAME = "conv2d_nhwc_fused.generic"
 OPAQUE = 8
 
 
-def prim_func(spec: KernelSpec, tiles: tiling.Tiles | None = None):
-    """The scheduled PrimFunc of ``spec``: the fast kernel on a packed weight (tiles: the
-    model's unless given), else the scheduled generic one on an HWIO weight."""
+def prim_func(spec: KernelSpec, tiles: tiling.Tiles | None = None, cores: int | None = None):
+    """The scheduled PrimFunc of ``spec``: the Winograd kernel on a Winograd-domain weight
+    (planned for ``cores``), the fast kernel on a packed weight (tiles: the model's unless
+    given), else the scheduled generic one on an HWIO weight."""
     tensors = {
         name: te.placeholder(getattr(spec, name).shape, getattr(spec, name).dtype, name=name)
         for name in spec.argument_names
     }
     args = {"bias": None, "residual": None, **tensors}
-    if spec.lanes is None:
+    if spec.algorithm == "winograd":
+        plan = winograd.plan_for(spec, cores or winograd_tiling.DEFAULT_CORES)
+        out = winograd_te.compute(spec, **args, block_rows=plan.block_rows, tile_p=plan.tile_p)
+        sch = compat.Schedule(te.create_prim_func([*tensors.values(), out]))
+        blocks = _blocks(sch)
+        winograd.schedule(sch, spec, plan, blocks, _output_block(sch, blocks, "wino_acc"))
+    elif spec.lanes is None:
         out = generic.compute(spec, **args)
         func = te.create_prim_func([*tensors.values(), out])
         sch = compat.Schedule(func)
         _schedule_generic(sch, spec)
-        name = GENERIC_NAME
     else:
         tiles = tiles or tiling.tiles_for(spec)
         out = fused_te.compute(spec, **args, owb=tiles.owb, flat=tiles.flat)
         sch = compat.Schedule(te.create_prim_func([*tensors.values(), out]))
         (_schedule_flat if tiles.flat else _schedule_rows)(sch, spec, tiles)
-        name = FAST_NAME
     return sch.mod["main"].with_attrs(
         {
             SPEC_ATTR: spec.to_json(),
-            "tvm_fuse.kernel": name,
+            "tvm_fuse.kernel": kernel_name(spec),
             "tir.is_scheduled": True,
             "op_pattern": OPAQUE,
         }
     )
+
+
+def kernel_name(spec: KernelSpec) -> str:
+    """The name of the kernel that runs ``spec``."""
+    if spec.algorithm == "winograd":
+        return winograd.NAME
+    return GENERIC_NAME if spec.lanes is None else FAST_NAME
 
 
 def exit_transpose(shape, dtype: str, lanes: int):
@@ -98,12 +112,12 @@ def _blocks(sch):
     return {sch.get(b).name_hint: b for b in sch.get_child_blocks(sch.get_sblock("root"))}
 
 
-def _output_block(sch, blocks):
+def _output_block(sch, blocks, acc="acc"):
     """The block that stores the output; with an epilogue, the accumulator's elementwise
-    block is inlined into it first, so the epilogue reads the conv directly."""
+    block (named ``acc``) is inlined into it first, so the epilogue reads the conv directly."""
     if "epilogue" not in blocks:
-        return blocks["acc"]
-    sch.compute_inline(blocks["acc"])
+        return blocks[acc]
+    sch.compute_inline(blocks[acc])
     return blocks["epilogue"]
 
 

@@ -1,13 +1,16 @@
 """LowerFusedConv (Relax): every call of a ``tvm_fuse.conv2d_nhwc_fused`` composite -> ``call_tir``.
 
 Last pass of the Relax pipeline, after ``FuseConvBiasAct``. For each call it asks the meeting
-point (``relax.strategy.preferred_spec``) which weight layout the kernel for the composite's spec
-wants on the target, packs the weight there (a constant weight with NumPy,
-``schedules.packing.pack_hwio``; any other with Relax ops that ``FoldConstant`` folds once the
-weight is bound), flattens the bias to ``[Co]``, and calls the scheduled PrimFunc of
-``relax.kernel.prim_func`` (one per distinct spec), which carries the spec. The composite
-functions are dropped once no call is left. It refuses nothing: a spec the fast kernel does not
-take runs the scheduled generic kernel.
+point which algorithm runs the composite's spec (``relax.strategy.with_algorithm``: Winograd
+where the shared cost model expects it to pay, among the tiles the ``algorithm`` and
+``precision`` options allow, ``tvm_fuse.algorithm_options``) and which weight layout that kernel
+wants on the target (``relax.strategy.preferred_spec``), and computes that weight: a constant
+weight with NumPy (``schedules.packing.pack_hwio``, ``schedules.winograd_weights.transform_hwio``),
+any other with Relax ops that ``FoldConstant`` folds once the weight is bound (packing only: a
+conv whose weight is not a constant runs direct). It flattens the bias to ``[Co]`` and calls the
+scheduled PrimFunc of ``relax.kernel.prim_func`` (one per distinct spec, planned for the
+target's cores), which carries the spec. The composite functions are dropped once no call is
+left. It refuses nothing: a spec the fast kernel does not take runs the scheduled generic kernel.
 
 It also gives the graph's NHWC -> NCHW transposes (``permute_dims(x, [0, 3, 1, 2])`` of a 4-D
 tensor of static shape, which ``ConvertLayoutNHWC`` leaves at the exit) the Relay backend's
@@ -20,27 +23,36 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from ..schedules import packing
+from ..algorithm_options import winograd_tiles
+from ..schedules import packing, winograd_weights
 from . import compat, kernel, strategy
 from .fuse import COMPOSITE, Chain, spec_of_function
 
 
-def LowerFusedConv(target=None) -> tvm.transform.Pass:  # pylint: disable=invalid-name
-    """The pass, for ``target`` (None: the enclosing ``with target``, else this CPU)."""
+def LowerFusedConv(  # pylint: disable=invalid-name
+    target=None, algorithm: str = "auto", precision: str = "default"
+) -> tvm.transform.Pass:
+    """The pass, for ``target`` (None: the enclosing ``with target``, else this CPU), with the
+    Winograd tiles ``algorithm`` and ``precision`` allow."""
+    tiles = winograd_tiles(algorithm, precision)
 
     @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.LowerFusedConv")
     def lower(mod, _ctx):
-        lowered = _Lower(mod, compat.as_target(target)).run()
+        lowered = _Lower(mod, compat.as_target(target), tiles).run()
         return relax.transform.DeadCodeElimination()(lowered)
 
     return lower
 
 
-def _weight_arg(arg, lanes: int | None):
-    """The weight argument in the layout of ``lanes`` (None: HWIO as it is)."""
+def _weight_arg(arg, wanted):
+    """The HWIO weight argument in the layout of the ``wanted`` spec (a Winograd spec only for
+    a constant weight)."""
+    lanes = wanted.lanes
     if lanes is None:
         return arg
     value = compat.constant_value(arg)
+    if value is not None and wanted.algorithm == "winograd":
+        return compat.constant(winograd_weights.transform_hwio(value, wanted.winograd_tile, lanes))
     if value is not None:
         return compat.constant(packing.pack_hwio(value, lanes))
     kh, kw, ci, co = compat.tensor_shape(arg)
@@ -60,9 +72,9 @@ def _bias_arg(arg, channels: int):
 
 @relax.expr_functor.mutator
 class _Lower(relax.PyExprMutator):
-    def __init__(self, mod, target):
+    def __init__(self, mod, target, tiles):
         super().__init__(mod)
-        self.mod_, self.target = mod, target
+        self.mod_, self.target, self.tiles = mod, target, tiles
         self.kernels = {}  # spec JSON -> GlobalVar of its PrimFunc
 
     def run(self):
@@ -79,11 +91,14 @@ class _Lower(relax.PyExprMutator):
         if func is None or not _is_composite(func):
             return call
         spec = spec_of_function(func) or Chain(func).spec
-        wanted = strategy.preferred_spec(spec, self.target)
         chain = Chain(func)
         args = dict(zip([p.same_as for p in func.params], call.args))
         by_param = lambda param: next(a for same, a in args.items() if same(param))  # noqa: E731
-        tensors = [by_param(chain.data), _weight_arg(by_param(chain.weight), wanted.lanes)]
+        weight = by_param(chain.weight)
+        constant = compat.constant_value(weight) is not None
+        spec = strategy.with_algorithm(spec, self.target, self.tiles if constant else ())
+        wanted = strategy.preferred_spec(spec, self.target)
+        tensors = [by_param(chain.data), _weight_arg(weight, wanted)]
         if chain.bias is not None:
             tensors.append(_bias_arg(by_param(chain.bias), spec.out_channels))
         if chain.residual is not None:
@@ -106,7 +121,8 @@ class _Lower(relax.PyExprMutator):
         key = spec.to_json()
         if key not in self.kernels:
             name = f"tvm_fuse_conv2d_nhwc_fused_{len(self.kernels)}"
-            func = kernel.prim_func(spec).with_attr("global_symbol", name)
+            func = kernel.prim_func(spec, cores=strategy.cores(self.target))
+            func = func.with_attr("global_symbol", name)
             self.kernels[key] = self.builder_.add_func(func, name)
         return self.kernels[key]
 

@@ -4,14 +4,16 @@ The Relax counterpart of ``tvm_fuse.strategy`` (which registers a Relay op strat
 imported without Relay), with the same rules and the same refusal sentences: the fast kernel on
 x86 LLVM targets for float32 specs whose output is not tiny, its weight packed as ``OHWI{VL}o``
 (``schedules.packing``), VL from the target's CPU features (``compat.simd_lanes``); else the
-generic kernel on the HWIO weight. Winograd is not ported yet: every spec runs direct.
+generic kernel on the HWIO weight. Which 3x3 stride-1 convs run as Winograd, and with which tile,
+is the Relay backend's cost model (``schedules.winograd_tiling``); their weight is transformed to
+``WINO{m}_{VL}o`` (``schedules.winograd_weights``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from ..schedules import packing, tiling
+from ..schedules import packing, tiling, winograd_tiling, winograd_weights
 from ..spec import KernelSpec
 from . import compat
 
@@ -24,10 +26,38 @@ def fast_path_refusal(spec: KernelSpec, target) -> str | None:
     )
 
 
+def cores(target) -> int:
+    """The cores the kernels are planned for: the target's ``num-cores``, else the tile model's
+    default (as the Relay backend reads its target)."""
+    return int(target.attrs["num-cores"]) if "num-cores" in target.attrs else 0
+
+
+def winograd_tile(spec: KernelSpec, target, tiles=winograd_tiling.TILES) -> int:
+    """m of the Winograd F(m x m, 3x3) kernel (one of ``tiles``) the cost model expects to be
+    faster than the direct kernel for the direct ``spec`` on ``target``, or 0 (direct)."""
+    if fast_path_refusal(spec, target):
+        return 0
+    return winograd_tiling.tile_for_spec(spec, compat.simd_lanes(target), cores(target), tiles)
+
+
+def with_algorithm(spec: KernelSpec, target, tiles=winograd_tiling.TILES) -> KernelSpec:
+    """``spec`` (an HWIO conv) with the algorithm the cost model picks among ``tiles`` (none:
+    direct) on ``target``."""
+    m = winograd_tile(spec, target, tiles)
+    if not m:
+        return dataclasses.replace(spec, algorithm="direct", winograd_tile=0)
+    return dataclasses.replace(spec, algorithm="winograd", winograd_tile=m)
+
+
 def preferred_spec(spec: KernelSpec, target) -> KernelSpec:
-    """``spec`` with the weight layout its kernel wants on ``target``: packed ``OHWI{VL}o`` for
-    the fast kernel, HWIO (``spec`` unchanged, direct) for the generic one."""
-    spec = dataclasses.replace(spec, algorithm="direct", winograd_tile=0)
-    if spec.weight.layout != "HWIO" or fast_path_refusal(spec, target):
+    """``spec`` with the weight layout its kernel wants on ``target``: the Winograd-domain
+    ``WINO{m}_{VL}o`` for a Winograd spec, packed ``OHWI{VL}o`` for the direct fast kernel, HWIO
+    (``spec`` unchanged, direct) for the generic one."""
+    if spec.weight.layout != "HWIO":
         return spec
-    return dataclasses.replace(spec, weight=packing.packed_weight(spec, compat.simd_lanes(target)))
+    if fast_path_refusal(spec, target):
+        return dataclasses.replace(spec, algorithm="direct", winograd_tile=0)
+    lanes = compat.simd_lanes(target)
+    if spec.algorithm == "winograd":
+        return winograd_weights.winograd_spec(spec, spec.winograd_tile, lanes)
+    return dataclasses.replace(spec, weight=packing.packed_weight(spec, lanes))

@@ -1,0 +1,146 @@
+"""The Winograd kernel's computation as TE, apart from any schedule: shared by both backends.
+
+The Relay backend's AutoTVM template (``schedules.winograd``) and the Relax backend's TensorIR
+kernel (``tvm_fuse.relax.winograd``, through ``te.create_prim_func``) compute exactly this: NHWC
+data, the ``[alpha, alpha, Co/VL, Ci, VL]`` Winograd-domain weight (``schedules.winograd_weights``),
+the epilogue of ``schedules.epilogue``. The stages, by name: ``data_pad``; ``wino_rows`` and
+``wino_v`` (the input transform ``V = B^T d B``); ``wino_m`` (the alpha^2 GEMMs ``M = V U``);
+``wino_cols`` and ``wino_acc`` (the output transform ``Y = A^T M A``); the epilogue.
+
+The parallel block's shape changes the computation itself (the tiles of ``block_rows`` tile rows
+form one axis, padded to whole register tiles of ``tile_p``), so those two are arguments here.
+The transforms are written as explicit sums over the non-zero matrix entries, so no product by
+0 or 1 is left once the tile loops are unrolled. This module imports TE and TOPI only.
+"""
+
+from tvm import te, topi
+
+from ..spec import KernelSpec
+from .epilogue import apply_epilogue
+from .winograd_weights import transform_matrices
+
+GEMM_TAG = "conv2d_nhwc_winograd_gemm"
+
+
+def compute(spec: KernelSpec, data, weight, bias, residual, block_rows: int, tile_p: int):
+    """TE of the Winograd kernel of ``spec`` on the transformed ``weight``, for parallel blocks
+    of ``block_rows`` tile rows and register tiles of ``tile_p`` tiles.
+
+    The tiles of a block are one axis ``q``, padded to whole register tiles; the padding tiles
+    repeat the block's last tile and are never stored."""
+    grid = Grid(spec, block_rows, tile_p)
+    v = _input_transform(spec, data, grid)
+    gemm = _batched_gemm(spec, v, weight)
+    acc = _output_transform(spec, gemm, grid)
+    return apply_epilogue(acc, bias, residual, spec.activation, spec.alpha)
+
+
+class Grid:
+    """The tiles of the output (``nh x nw``) and their blocks: ``blocks`` of ``rows`` tile rows,
+    each padded to ``per_block`` tiles (whole register tiles of ``tile_p``)."""
+
+    def __init__(self, spec: KernelSpec, rows: int, tile_p: int):
+        (ho, wo), m = spec.out_hw, spec.winograd_tile
+        self.m, self.nh, self.nw, self.rows = m, -(-ho // m), -(-wo // m), rows
+        self.blocks = -(-self.nh // self.rows)
+        self.per_block = -(-(self.rows * self.nw) // tile_p) * tile_p
+
+    def origin(self, blk, q):
+        """(y, x) of the top-left input pixel of tile ``q`` of block ``blk`` (padding tiles:
+        the block's last tile)."""
+        if self.per_block != self.rows * self.nw:
+            q = te.min(q, self.rows * self.nw - 1)
+        return te.min(blk * self.rows + q // self.nw, self.nh - 1) * self.m, q % self.nw * self.m
+
+
+def _combine(coeffs, index, term, dtype):
+    """``sum_k coeffs[k, index] * term(k)`` for a symbolic ``index``: a Select over its values,
+    each an explicit sum of the non-zero terms (folded to one sum once ``index`` is unrolled).
+    ``dtype`` is the terms' (an expression's own dtype is spelled differently in each stack)."""
+    expr = None
+    for col in reversed(range(coeffs.shape[1])):
+        value = _sparse_sum(coeffs[:, col], term, dtype)
+        expr = value if expr is None else te.if_then_else(index == col, value, expr)
+    return expr
+
+
+def _sparse_sum(column, term, dtype):
+    """``sum_k column[k] * term(k)`` over the non-zero entries, a positive one first (so that
+    -1 entries become subtractions and 1 entries plain additions)."""
+    entries = sorted((k for k in range(len(column)) if column[k] != 0), key=lambda k: column[k] < 0)
+    total = None
+    for k in entries:
+        coeff, x = float(column[k]), term(k)
+        if total is None:
+            total = x if coeff == 1 else x * te.const(coeff, dtype)
+        elif abs(coeff) == 1:
+            total = total + x if coeff == 1 else total - x
+        else:
+            total = total + x * te.const(coeff, dtype)
+    return total
+
+
+def _input_transform(spec: KernelSpec, data, grid: Grid):
+    """``V = B^T d B`` of every tile, ``[alpha, alpha, N, blocks, per_block, Ci]`` (Ci padded to
+    whole vectors with zeros), through the row transform ``d B``."""
+    n, h, w, ci = spec.data.shape
+    m, size, lanes = grid.m, grid.m + 2, spec.lanes
+    _, b_mat, _ = transform_matrices(m)
+    ci_pad = -(-ci // lanes) * lanes
+    top, left, _, _ = spec.padding
+    pad_after = [0, grid.nh * m + 2 - h - top, grid.nw * m + 2 - w - left, ci_pad - ci]
+    dpad = topi.nn.pad(data, [0, top, left, 0], pad_after, name="data_pad")
+
+    def row_transform(b, blk, q, r, nu, c):
+        y, x = grid.origin(blk, q)
+        return _combine(b_mat, nu, lambda j: dpad[b, y + r, x + j, c], data.dtype)
+
+    tiles = (n, grid.blocks, grid.per_block)
+    rows_t = te.compute((*tiles, size, size, ci_pad), row_transform, name="wino_rows")
+    return te.compute(
+        (size, size, *tiles, ci_pad),
+        lambda e, nu, b, blk, q, c: _combine(
+            b_mat, e, lambda r: rows_t[b, blk, q, r, nu, c], data.dtype
+        ),
+        name="wino_v",
+    )
+
+
+def _batched_gemm(spec: KernelSpec, v, weight):
+    """``M = V U`` at each of the alpha^2 points, over Ci. The reduction runs over whole
+    vectors of Ci too: V's padded channels are zero and multiply the weight's last real row."""
+    ci, ci_pad, lanes = spec.in_channels, int(v.shape[5]), spec.lanes
+    rc = te.reduce_axis((0, ci_pad), name="rc")
+    row = rc if ci == ci_pad else te.min(rc, ci - 1)
+    out_dtype = spec.out.dtype
+    return te.compute(
+        (*v.shape[:5], spec.weight.shape[2] * lanes),
+        lambda e, nu, b, blk, q, co: te.sum(
+            v[e, nu, b, blk, q, rc].astype(out_dtype)
+            * weight[e, nu, co // lanes, row, co % lanes].astype(out_dtype),
+            axis=rc,
+        ),
+        name="wino_m",
+        tag=GEMM_TAG,
+    )
+
+
+def _output_transform(spec: KernelSpec, gemm, grid: Grid):
+    """``Y = A^T M A`` of every tile, through the column transform ``M A``, cut to the output."""
+    m, size, rows, nw = grid.m, grid.m + 2, grid.rows, grid.nw
+    a_mat, _, _ = transform_matrices(m)
+
+    def col_transform(b, th, tw, e, x, co):
+        q = th % rows * nw + tw
+        return _combine(a_mat, x, lambda nu: gemm[e, nu, b, th // rows, q, co], gemm.dtype)
+
+    n, channels = spec.data.shape[0], spec.out_channels
+    shape = (n, grid.nh, nw, size, m, int(gemm.shape[5]))
+    cols_t = te.compute(shape, col_transform, name="wino_cols")
+    return te.compute(
+        (n, *spec.out_hw, channels),
+        lambda b, y, x, c: _combine(
+            a_mat, y % m, lambda e: cols_t[b, y // m, x // m, e, x % m, c], gemm.dtype
+        ),
+        name="wino_acc",
+    )

@@ -1,0 +1,118 @@
+"""The Relax backend's Winograd kernel: the shared TE compute scheduled with TensorIR.
+
+``relax.kernel.prim_func`` builds ``schedules.winograd_te`` (the computation the Relay backend's
+AutoTVM template runs) with ``te.create_prim_func``; :func:`schedule` gives it the Relay
+schedule's loop nests, written with ``tvm.s_tir.Schedule``. The knobs are the analytic plan of
+``schedules.winograd_tiling`` (the Relay template's fallback config), so both backends run the
+same tiling:
+
+- the output: parallel blocks of (batch, ``block_rows`` tile rows, a chunk of Co vectors); in a
+  block, per tile and Co vector, the output transform ``Y = A^T M A`` (unrolled, the lanes
+  vectorized) and the epilogue on the single store;
+- at each block, the alpha^2 GEMMs ``M = V U`` over Ci in register tiles of ``tile_p`` tiles x
+  ``tile_co`` Co vectors (a ``local`` accumulator, the reduction outside, unrolled, the lanes
+  vectorized);
+- the input transform ``V = B^T d B`` per tile and Ci vector, at each block, or (``v_root``) for
+  the whole input up front in its own parallel loop; the padded input in a parallel loop.
+"""
+
+from __future__ import annotations
+
+from ..schedules import winograd_tiling
+from ..spec import KernelSpec
+
+NAME = "conv2d_nhwc_winograd.x86"
+
+
+def plan_for(spec: KernelSpec, cores: int) -> winograd_tiling.Plan:
+    """The tile model's plan for ``spec`` on ``cores`` cores (the Relay template's fallback)."""
+    m, (ho, wo) = spec.winograd_tile, spec.out_hw
+    co_vectors = spec.weight.shape[2]
+    return winograd_tiling.choose_plan(spec.lanes, -(-ho // m), -(-wo // m), co_vectors, cores)
+
+
+def schedule(sch, spec: KernelSpec, plan: winograd_tiling.Plan, blocks: dict, out):
+    """Schedule ``sch``, the PrimFunc of ``schedules.winograd_te`` for ``spec`` and ``plan``
+    (``blocks``: its blocks by name; ``out``: the block that stores the output, the output
+    transform inlined into its epilogue)."""
+    m, lanes = spec.winograd_tile, spec.lanes
+    chunk, tile_co = winograd_tiling.chunk_and_tile_co(
+        spec.weight.shape[2], plan.co_chunks, plan.tile_co
+    )
+
+    # the output: parallel blocks (batch, tile rows, Co chunk)
+    b, y, x, c = sch.get_loops(out)
+    th, hi = sch.split(y, [None, m])
+    tw, wi = sch.split(x, [None, m])
+    thb, thi = sch.split(th, [None, plan.block_rows])
+    cc, cvi, cl = sch.split(c, [None, chunk, lanes])
+    sch.reorder(b, thb, cc, thi, tw, cvi, hi, wi, cl)
+    block = sch.fuse(b, thb, cc)
+    sch.parallel(block)
+    sch.unroll(hi)
+    sch.unroll(wi)
+    sch.vectorize(cl)
+
+    # the output transform of one tile and vector
+    cols = blocks["wino_cols"]
+    sch.compute_at(cols, cvi)
+    *_, e, xx, co = sch.get_loops(cols)
+    sch.unroll(e)
+    sch.unroll(xx)
+    sch.vectorize(co)
+
+    gemm = blocks["wino_m"]
+    copy = sch.cache_write(gemm, 0, "local")
+    sch.compute_at(copy, block)
+    _schedule_gemm(sch, gemm, copy, plan.tile_p, tile_co, lanes)
+
+    v, rows = blocks["wino_v"], blocks["wino_rows"]
+    if not plan.v_root:
+        sch.compute_at(v, block)
+    _schedule_input(sch, v, rows, lanes, up_front=bool(plan.v_root))
+    pad = blocks["data_pad"]
+    pb, ph, _, _ = sch.get_loops(pad)
+    sch.parallel(sch.fuse(pb, ph))
+
+
+def _schedule_gemm(sch, gemm, copy, tile_p, tile_co, lanes):
+    """The GEMMs of a block: register tiles of tile_p tiles x tile_co vectors, accumulated in a
+    local buffer (``gemm``) with the reduction outside and copied to the block's M (``copy``);
+    the weight slice of a Co block is reused across the tiles."""
+    e, nu, q, co = sch.get_loops(copy)[-4:]
+    co_b, co_v, co_l = sch.split(co, [None, tile_co, lanes])
+    tw_o, tw_i = sch.split(q, [None, tile_p])
+    sch.reorder(e, nu, co_b, tw_o, tw_i, co_v, co_l)
+    sch.unroll(tw_i)
+    sch.unroll(co_v)
+    sch.vectorize(co_l)
+    sch.compute_at(gemm, tw_o)
+    ltw, lco, rc = sch.get_loops(gemm)[-3:]
+    lco_v, lco_l = sch.split(lco, [None, lanes])
+    sch.reorder(rc, ltw, lco_v, lco_l)
+    sch.unroll(ltw)
+    sch.unroll(lco_v)
+    sch.vectorize(lco_l)
+    sch.decompose_reduction(gemm, rc)
+
+
+def _schedule_input(sch, v, rows, lanes, up_front):
+    """The input transform, one Ci vector of one tile at a time: of a block (``v`` computed
+    at it), or of the whole input (``up_front``: the tiles in parallel)."""
+    if up_front:
+        e, nu, b, blk, q, c = sch.get_loops(v)
+        tiles = sch.fuse(b, blk, q)
+    else:
+        e, nu, tiles, c = sch.get_loops(v)[-4:]
+    c_o, c_l = sch.split(c, [None, lanes])
+    sch.reorder(tiles, c_o, e, nu, c_l)
+    if up_front:
+        sch.parallel(tiles)
+    sch.unroll(e)
+    sch.unroll(nu)
+    sch.vectorize(c_l)
+    sch.compute_at(rows, c_o)
+    r, nu_r, c_r = sch.get_loops(rows)[-3:]
+    sch.unroll(r)
+    sch.unroll(nu_r)
+    sch.vectorize(c_r)
