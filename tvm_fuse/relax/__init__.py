@@ -1,6 +1,6 @@
 """tvm_fuse's second backend: the same two halves on Relax and TensorIR (apache-tvm 0.27).
 
-``optimize``, ``build``, ``describe`` and ``pipeline`` load on first use, so that importing this
+``optimize``, ``build``, ``describe``, ``pipeline`` and ``tune`` load on first use, so that importing this
 package imports no TVM. The graph half (``fold_bn``, ``layout``, ``fuse``, ``lower``) rewrites a
 Relax module; the kernel half (``kernel``) schedules the shared TE compute of ``schedules/`` with
 TensorIR; ``strategy`` is where they meet; ``compat`` is the only module that knows apache-tvm's
@@ -15,6 +15,7 @@ _EXPORTS = {
     "describe": "api",
     "optimize": "api",
     "pipeline": "api",
+    "tune": "tuning",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -16,7 +16,7 @@ import tvm
 from tvm import relax
 
 from ..spec import KernelSpec
-from . import compat, kernel
+from . import compat, kernel, records
 from .fallback import ScheduleFallback
 from .fold_bn import FoldBatchNorm
 from .fuse import FuseConvBiasAct, spec_of_function
@@ -52,11 +52,15 @@ def optimize(mod: tvm.IRModule, params: dict | None = None, target=None) -> tvm.
     return pipeline(target)(bind_params(mod, params))
 
 
-def build(mod: tvm.IRModule, params: dict | None = None, target=None):
+def build(mod: tvm.IRModule, params: dict | None = None, target=None, tuning_records=None):
     """``tvm.compile`` of the optimized module for ``target`` (None: this CPU), the stock ops
-    left in it legalized first and given the fallback schedule (``ScheduleFallback``)."""
+    left in it legalized first and given the fallback schedule (``ScheduleFallback``); with
+    ``tuning_records`` (a file of ``tvm_fuse.relax.tune``), the tuned kernels take its tiles."""
     target = compat.as_target(target)
-    lowered = relax.transform.LegalizeOps()(optimize(mod, params, target))
+    optimized = optimize(mod, params, target)
+    if tuning_records is not None:
+        optimized = records.apply(optimized, tuning_records, target)
+    lowered = relax.transform.LegalizeOps()(optimized)
     with target:
         lowered = ScheduleFallback()(lowered)
     return tvm.compile(lowered, target=target)
