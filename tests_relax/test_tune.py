@@ -165,10 +165,8 @@ def test_records_of_two_models_share_a_file_but_not_a_target(tmp_path, target):
     _write(path, target, spec, _other_tiles(spec))  # replaces the first record
     found = records.best_tiles(path, target)
     assert found == {spec.to_json(): _other_tiles(spec), other.to_json(): tiling.tiles_for(other)}
-    _one_line_error(
-        lambda: _write(path, compat.target_from_text("llvm -mcpu=skylake-avx512"), spec, tiling.tiles_for(spec)),
-        "another file",
-    )
+    avx512 = compat.target_from_text("llvm -mcpu=skylake-avx512")
+    _one_line_error(lambda: _write(path, avx512, spec, tiling.tiles_for(spec)), "another file")
     assert records.best_tiles(path, target) == found
     assert sorted(p.name for p in tmp_path.iterdir()) == ["records.json"]
 

@@ -61,8 +61,8 @@ def compile_onnx(model, output, target=None, input_shapes=None, tuning_records=N
 
 def tune_onnx(args) -> int:
     """``tvm-fuse tune --backend relax``: tune ``args.model``'s kernels into ``args.log``."""
-    given = [flag for flag, value in (("--rpc-tracker", args.tracker), ("--rpc-key", args.rpc_key),
-             ("--tuner", args.tuner)) if value]
+    flags = (("--rpc-tracker", args.tracker), ("--rpc-key", args.rpc_key), ("--tuner", args.tuner))
+    given = [flag for flag, value in flags if value]
     if given:
         raise UserError(
             f"{', '.join(given)}: the Relax backend's tuner measures on this machine with its own "
@@ -76,16 +76,18 @@ def tune_onnx(args) -> int:
 
     def report(done):
         print(
-            f"{done.spec.data.shape} -> {done.spec.out.shape}: model {records.tiles_text(done.default)} "
-            f"{done.default_ms:.3f} ms, tuned {records.tiles_text(done.best)} {done.best_ms:.3f} ms "
-            f"({len(done.trials)} trials)"
+            f"{done.spec.data.shape} -> {done.spec.out.shape}: model "
+            f"{records.tiles_text(done.default)} {done.default_ms:.3f} ms, tuned "
+            f"{records.tiles_text(done.best)} {done.best_ms:.3f} ms ({len(done.trials)} trials)"
         )
 
-    done = tuning.tune(mod, target=target_of(args.target), trials=args.trials, records=args.log,
-                       on_kernel=report)
+    target = target_of(args.target)
+    done = tuning.tune(mod, target=target, trials=args.trials, records=args.log, on_kernel=report)
     print(f"wrote records for {len(done)} kernels to {args.log}")
-    print(f"build with them: tvm-fuse compile {args.model} --tuning-records {args.log} "
-          "--backend relax")
+    print(
+        f"build with them: tvm-fuse compile {args.model} --tuning-records {args.log} "
+        "--backend relax"
+    )
     return 0
 
 

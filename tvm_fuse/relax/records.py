@@ -163,9 +163,9 @@ def apply(mod: tvm.IRModule, path, target) -> tvm.IRModule:
             f"{path}: none of its {len(records)} records is for one of the model's {kernels} "
             "fused kernels: tune this model (tvm_fuse.relax.tune) for these records"
         )
-    out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
+    out = mod.clone()
     for gv, func in updates.items():
-        out[gv] = func
+        out.update_func(gv, func)
     return out
 
 

@@ -118,7 +118,8 @@ def candidates(spec: KernelSpec) -> list[tiling.Tiles]:
 def tune_kernel(spec: KernelSpec, target, trials: int) -> TunedKernel:
     """Time the first ``trials`` candidates of ``spec``; the best, if clearly faster, wins."""
     inputs = _inputs(spec)
-    measured = [(tiles, measure(spec, tiles, target, inputs)) for tiles in candidates(spec)[:trials]]
+    tried = candidates(spec)[:trials]
+    measured = [(tiles, measure(spec, tiles, target, inputs)) for tiles in tried]
     default, default_ms = measured[0]
     best, best_ms = min(measured, key=lambda trial: trial[1])
     if best_ms > default_ms * (1 - MIN_GAIN):
