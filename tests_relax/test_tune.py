@@ -91,6 +91,19 @@ def test_candidates_are_distinct_kernels_the_kernel_takes():
     assert any(t.flat for t in found) and any(not t.flat for t in found)
 
 
+@pytest.mark.parametrize(
+    "data,co,flat",
+    [((1, 9, 9, 16), 20, {True}), ((1, 1, 12, 8), 16, {False})],
+    ids=["ragged_co_flat_only", "one_row_never_flat"],
+)
+def test_candidates_keep_the_models_layout_rules(data, co, flat):
+    spec = KernelSpec.conv(data, (3, 3, data[3], co), (1, 1), (1, 1, 1, 1), (1, 1))
+    spec = dataclasses.replace(spec, weight=packing.packed_weight(spec, 8))
+    found = tuning.candidates(spec)
+    assert {t.flat for t in found} == flat and len(found) > 3
+    assert all(records.tiles_refusal(spec, t) is None for t in found)
+
+
 def _write(path, target, spec, tiles):
     entry = {"spec": spec.to_dict(), "tiles": records.tiles_to_dict(tiles), "ms": 1.0}
     records.write(path, target, [entry])

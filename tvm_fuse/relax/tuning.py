@@ -92,19 +92,20 @@ def tune(
 
 
 def candidates(spec: KernelSpec) -> list[tiling.Tiles]:
-    """Every tiling the search considers for ``spec``, the model's first, then by model score."""
+    """Every tiling the search considers for ``spec``, the model's first, then by model score.
+    A ragged Co over several rows keeps to flat tiles, as the model does (``choose_tiles``)."""
     model = tiling.tiles_for(spec)
     machine = tiling.machine_for(spec.lanes)
     ho, wo = spec.out_hw
     co_vectors = -(-spec.out_channels // spec.lanes)
-    ragged = spec.out_channels % spec.lanes != 0
-    layouts = [flat for flat in (False, True) if (flat or not (ragged and ho > 1))]
-    layouts = [flat for flat in layouts if ho > 1 or not flat]
+    if ho == 1:
+        layouts = [False]
+    else:
+        layouts = [True] if spec.out_channels % spec.lanes else [False, True]
     scored = []
     for flat in layouts:
         pixels = ho * wo if flat else wo
-        spills = lambda ocb: 1  # noqa: E731  (one spilled register allowed, as on AVX-512)
-        for owb, ocb in tiling.register_tiles(machine, pixels, co_vectors, spills):
+        for owb, ocb in tiling.register_tiles(machine, pixels, co_vectors, _one_spill):
             score = tiling.tile_score(machine, owb, ocb, pixels)
             scored.append((-score, flat, owb, ocb))
     found = [model]
@@ -113,6 +114,11 @@ def candidates(spec: KernelSpec) -> list[tiling.Tiles]:
         if tiles != model and records_file.tiles_refusal(spec, tiles) is None:
             found.append(tiles)
     return found
+
+
+def _one_spill(_ocb) -> int:
+    """Registers a candidate tile may spill: one, as the model allows on AVX-512."""
+    return 1
 
 
 def tune_kernel(spec: KernelSpec, target, trials: int) -> TunedKernel:
