@@ -36,11 +36,11 @@ LAYERS = [
     (
         "graph half",
         ["passes", "passes.*", "params"]
-        + ["relax.fold_bn", "relax.layout", "relax.fuse", "relax.lower"],
+        + ["relax.fold_bn", "relax.layout", "relax.fuse", "relax.lower", "relax.records"],
     ),
     ("memory plan", ["memory", "memory.*"]),
     ("pipeline", ["api", "relax.api"]),
-    ("tuning", ["tuning", "tuning.*"]),
+    ("tuning", ["tuning", "tuning.*", "relax.tuning"]),
     ("examples", ["examples", "models", "onnx_example", "testing"]),
     ("relax tools", ["relax.bench", "relax.commands"]),  # apache-tvm only
     (
