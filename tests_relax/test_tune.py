@@ -69,11 +69,25 @@ def test_tune_writes_records_with_the_model_first_and_the_fastest_kept(
 def test_a_candidate_must_be_clearly_faster_to_replace_the_model(monkeypatch, target):
     spec = _spec()
     first, second, third = tuning.candidates(spec)[:3]
-    for times, want in [((1.0, 0.99, 1.2), first), ((1.0, 0.9, 0.95), second)]:
-        timing = dict(zip([first, second, third], times))
-        monkeypatch.setattr(tuning, "measure", lambda s, tiles, t, i, timing=timing: timing[tiles])
+    cases = [
+        ((1.0, 1.1, 1.2), None, first),  # the model fastest: no confirmation
+        ((1.0, 0.99, 1.2), (1.0, 0.99), first),  # not 2 % faster: the model stays
+        ((1.0, 0.9, 0.95), (1.0, 0.9), second),  # faster in the pass and in the confirmation
+        ((1.0, 0.9, 0.95), (1.0, 1.0), first),  # the confirmation does not bear it out
+    ]
+    for first_pass, confirmation, want in cases:
+        times = {t: [ms] for t, ms in zip([first, second, third], first_pass)}
+        if confirmation:
+            for tiles, ms in zip([first, second], confirmation):
+                times[tiles] += [ms] * tuning.CONFIRM_ROUNDS
+
+        def timer(_spec, tiles, _target, _inputs, times=times):
+            return lambda: times[tiles].pop(0)
+
+        monkeypatch.setattr(tuning, "timer", timer)
         done = tuning.tune_kernel(spec, target, trials=3)
         assert done.best == want and done.default == first == tiling.tiles_for(spec)
+        assert all(not left for left in times.values())  # every timing taken, no more
 
 
 def _spec():

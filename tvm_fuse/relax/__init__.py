@@ -1,8 +1,8 @@
 """tvm_fuse's second backend: the same two halves on Relax and TensorIR (apache-tvm 0.27).
 
 ``optimize``, ``build``, ``describe``, ``pipeline`` and ``tune`` load on first use, so that
-importing this package imports no TVM. The graph half (``fold_bn``, ``layout``, ``fuse``, ``lower``) rewrites a
-Relax module; the kernel half (``kernel``) schedules the shared TE compute of ``schedules/`` with
+importing this package imports no TVM. The graph half (``fold_bn``, ``layout``, ``fuse``,
+``lower``) rewrites a Relax module; the kernel half (``kernel``) schedules the shared TE compute of ``schedules/`` with
 TensorIR; ``strategy`` is where they meet; ``compat`` is the only module that knows apache-tvm's
 spelling. It needs the Relax stack (``.ci/relax-env DIR``); under TVM 0.19 importing a submodule
 raises ImportError saying so. ``docs/architecture.md`` describes the Relay backend's twin.

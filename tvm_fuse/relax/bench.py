@@ -36,7 +36,7 @@ from tvm import relax
 from tvm.relax.frontend.onnx import from_onnx
 
 from .. import onnx_example
-from . import api, compat, tuning
+from . import api, compat, records, tuning
 
 #: The layer table of ``benchmarks/bench_layers.py`` (name: Cin, Co, size, kernel, stride, pad),
 #: each as an ONNX conv -> BatchNorm -> ReLU.
@@ -134,9 +134,10 @@ def bench(model: str, rounds: int, stock: bool, folder: Path, tune=0, meta_sched
     result = {"build_s": build_s, "tune_s": {}}
     if tune:
         log = folder / f"{model.replace(':', '_')}.tuning.json"
-        _, result["tune_s"]["tvm_fuse.relax tuned"] = _timed(
+        done, result["tune_s"]["tvm_fuse.relax tuned"] = _timed(
             lambda: tuning.tune(mod, target=target, trials=tune, records=log)
         )
+        result["tuned_kernels"] = [_tuned_row(kernel) for kernel in done]
         exes["tvm_fuse.relax tuned"] = api.build(mod, target=target, tuning_records=log)
     if stock:
         exes["stock relax"] = tvm.compile(mod, target=target)
@@ -154,6 +155,17 @@ def bench(model: str, rounds: int, stock: bool, folder: Path, tune=0, meta_sched
             times[name].append(once())
     result["ms"] = {n: statistics.median(t) for n, t in times.items()}
     return result
+
+
+def _tuned_row(done: tuning.TunedKernel) -> dict:
+    """What the tuner measured for one kernel, the kernel alone: model's tiles vs chosen."""
+    return {
+        "kernel": f"{done.spec.data.shape} -> {done.spec.out.shape}",
+        "model": records.tiles_text(done.default),
+        "model_ms": done.default_ms,
+        "tuned": records.tiles_text(done.best),
+        "tuned_ms": done.best_ms,
+    }
 
 
 def _max_rel_error(exes: dict, x) -> float:
@@ -231,6 +243,11 @@ def _table(model: str, result: dict, machine: dict) -> str:
         tuned = result["tune_s"].get(name)
         lines.append(
             f"  {name:<30} {ms:9.3f} {ms / base:11.2f}x {'' if tuned is None else f'{tuned:9.0f}'}"
+        )
+    for row in result.get("tuned_kernels", []):
+        lines.append(
+            f"  tuned alone {row['kernel']}: model {row['model']} {row['model_ms']:.3f} ms, "
+            f"chosen {row['tuned']} {row['tuned_ms']:.3f} ms"
         )
     return "\n".join(lines)
 
