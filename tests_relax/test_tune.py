@@ -152,7 +152,7 @@ def _one_line_error(call, *words):
     assert "\n" not in message and all(w in message for w in words), message
 
 
-def test_bad_records_are_one_line_errors(conv_model, tmp_path, target):
+def test_bad_records_are_one_line_errors(conv_model, tmp_path, target, monkeypatch):
     mod, _ = conv_model
     optimized = api.optimize(mod, target=target)
     (_, spec), = _kernels(optimized, target)
@@ -176,6 +176,12 @@ def test_bad_records_are_one_line_errors(conv_model, tmp_path, target):
     path.write_text(path.read_text().replace('"owb"', '"wide"'))
     _one_line_error(build, str(path), "record 1 is malformed")
     _one_line_error(lambda: tfr.tune(mod, target=target, trials=0, records=path), "trials=0")
+    model = tmp_path / "model.onnx"
+    model.write_bytes(b"\x08\x07")
+    measured = []
+    monkeypatch.setattr(tuning, "tune_kernel", lambda *args: measured.append(args))
+    _one_line_error(lambda: tfr.tune(mod, target=target, records=model), "not tvm_fuse Relax")
+    assert not measured and model.read_bytes() == b"\x08\x07"  # refused before any tuning
 
 
 def _other_model():

@@ -64,16 +64,8 @@ def write(path, target, kernels: list[dict]) -> None:
     the entries of the same specs already there; through a temporary file in the same folder,
     so that an interrupted write leaves the old file whole and nothing else behind."""
     path = Path(path)
-    kept = []
-    if path.exists():
-        old = read(path)
-        if old["target"] != target_key(target):
-            raise UserError(
-                f"{path}: holds records for target {old['target']}, not {target_key(target)}; "
-                "write these to another file"
-            )
-        new_specs = {_spec_key(k["spec"]) for k in kernels}
-        kept = [k for k in old["kernels"] if _spec_key(k["spec"]) not in new_specs]
+    new_specs = {_spec_key(k["spec"]) for k in kernels}
+    kept = [k for k in existing(path, target) if _spec_key(k["spec"]) not in new_specs]
     payload = {"format": FORMAT, "target": target_key(target), "kernels": kept + kernels}
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -85,6 +77,21 @@ def write(path, target, kernels: list[dict]) -> None:
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
+
+
+def existing(path, target) -> list[dict]:
+    """The records already at ``path`` (none without a file), which new records for ``target``
+    may join; a UserError for a file that is not records or holds another target's."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    old = read(path)
+    if old["target"] != target_key(target):
+        raise UserError(
+            f"{path}: holds records for target {old['target']}, not {target_key(target)}; "
+            "write these to another file"
+        )
+    return old["kernels"]
 
 
 def _file_mode(path: Path) -> int:

@@ -81,6 +81,7 @@ def tune(
     folder = Path(records).resolve().parent
     if not folder.is_dir():
         raise UserError(f"{records}: folder {folder} does not exist")
+    records_file.existing(records, target)  # a file the records cannot join: say so before tuning
     specs = []
     for spec in api.describe(api.optimize(mod, params, target)):
         if spec.lanes is not None and spec not in specs:
