@@ -221,3 +221,10 @@ def test_cli_tunes_and_compiles_with_the_records(tmp_path, rng, capsys, monkeypa
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--rpc-key" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.so", "block.onnx", "rec.json"]
+
+
+def test_a_record_for_another_algorithm_is_refused(tmp_path, target):
+    winograd = dataclasses.replace(_spec(), algorithm="winograd", winograd_tile=2)
+    path = tmp_path / "records.json"
+    _write(path, target, winograd, tiling.tiles_for(_spec()))
+    _one_line_error(lambda: records.best_tiles(path, target), "not a direct fast kernel")

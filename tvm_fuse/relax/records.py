@@ -30,6 +30,12 @@ TILES_ATTR = "tvm_fuse.tiles"
 TARGET_ATTRS = ("mcpu", "mtriple")
 
 
+def is_tunable(spec: KernelSpec | None) -> bool:
+    """Whether ``spec`` is a kernel the records tune: the direct fast kernel (packed weight);
+    the tiles mean nothing to the generic kernel or to another algorithm."""
+    return spec is not None and spec.lanes is not None and spec.algorithm == "direct"
+
+
 def tiles_text(tiles: tiling.Tiles) -> str:
     return f"owb={tiles.owb} ocb={tiles.ocb} flat={int(tiles.flat)}"
 
@@ -142,7 +148,7 @@ def best_tiles(path, target) -> dict[str, tiling.Tiles]:
             )
         except (KeyError, TypeError, ValueError) as err:
             raise UserError(f"{path}: record {number} is malformed ({err!r})") from None
-        why = "not a packed weight" if spec.lanes is None else tiles_refusal(spec, tiles)
+        why = tiles_refusal(spec, tiles) if is_tunable(spec) else "not a direct fast kernel"
         if why:
             raise UserError(f"{path}: record {number} cannot be applied: {why}")
         found[spec.to_json()] = tiles
@@ -157,7 +163,7 @@ def apply(mod: tvm.IRModule, path, target) -> tvm.IRModule:
     kernels = 0
     for gv, func in mod.functions_items():
         spec = kernel.spec_of(func) if isinstance(func, compat.PrimFunc) else None
-        if spec is None or spec.lanes is None:
+        if not is_tunable(spec):
             continue
         kernels += 1
         tiles = records.get(spec.to_json())
