@@ -40,11 +40,12 @@ LAYERS = [
     (
         "graph half",
         ["passes", "passes.*", "params"]
-        + ["relax.fold_bn", "relax.layout", "relax.clip", "relax.fuse", "relax.lower"],
+        + ["relax.fold_bn", "relax.layout", "relax.clip", "relax.fuse", "relax.lower"]
+        + ["relax.records"],
     ),
     ("memory plan", ["memory", "memory.*", "relax.memory", "relax.offsets"]),
     ("pipeline", ["api", "relax.api"]),
-    ("tuning", ["tuning", "tuning.*"]),
+    ("tuning", ["tuning", "tuning.*", "relax.tuning"]),
     ("examples", ["examples", "models", "onnx_example", "testing"]),
     ("relax tools", ["relax.bench", "relax.commands"]),  # apache-tvm only
     (

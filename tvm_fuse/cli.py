@@ -8,6 +8,7 @@
 ``--backend`` defaults to the one the installed TVM has (TVM 0.19: Relay; apache-tvm: Relax,
 ``tvm_fuse.relax``); on Relax, ``compile`` writes a Relax VM library (default ``module.so``).
     tvm-fuse tune MODEL.onnx -o LOG [--trials N] [--rpc-tracker HOST:PORT --rpc-key KEY]
+                  [--backend relay|relax]
     tvm-fuse bench [layers|models|tuning|zoo|peak|all] [--quick] [--results DIR] [--json PATH]
     tvm-fuse tvmc ARGS...                           stock tvmc with the tvm_fuse composite target
 
@@ -92,17 +93,27 @@ def _demo(args, _extra) -> int:
 def _compile_relax(args) -> int:
     from .relax import commands  # pylint: disable=import-outside-toplevel
 
-    if args.tuning_records or args.algorithm != "auto" or args.precision != "default":
-        raise UserError("--tuning-records, --algorithm and --precision are the Relay backend's")
+    if args.algorithm != "auto" or args.precision != "default":
+        raise UserError("--algorithm and --precision are the Relay backend's")
     output = commands.DEFAULT_LIBRARY if args.output == DEFAULT_PACKAGE else args.output
     if Path(output).resolve() == Path(args.model).resolve():
         raise UserError(f"-o {output} would overwrite the model")
-    commands.compile_onnx(args.model, output, args.target, args.input_shapes)
+    commands.compile_onnx(args.model, output, args.target, args.input_shapes, args.tuning_records)
     print(
         f"wrote {output}: a Relax VM library; run it with relax.VirtualMachine("
         f"tvm.runtime.load_module({output!r}), tvm.cpu())"
     )
     return 0
+
+
+def _tune(args, extra) -> int:
+    if _relax_backend(args):
+        from .relax import commands  # pylint: disable=import-outside-toplevel
+
+        return commands.tune_onnx(args)
+    from .tuning import cli  # pylint: disable=import-outside-toplevel
+
+    return cli.run(args, extra)
 
 
 def _compile(args, _extra) -> int:
@@ -252,7 +263,11 @@ def parser() -> argparse.ArgumentParser:
     compile_.add_argument(
         "--force", action="store_true", help="replace an existing -o file of any kind"
     )
-    compile_.add_argument("--tuning-records", metavar="PATH", help="AutoTVM tuning log")
+    compile_.add_argument(
+        "--tuning-records",
+        metavar="PATH",
+        help="tuning records of 'tvm-fuse tune' (Relay: an AutoTVM log; Relax: its JSON records)",
+    )
     add_backend_option(compile_)
     compile_.set_defaults(run=_compile)
 
@@ -289,6 +304,8 @@ def parser() -> argparse.ArgumentParser:
     bench.set_defaults(run=_bench)
 
     add_tune_cli(commands)
+    add_backend_option(commands.choices["tune"])
+    commands.choices["tune"].set_defaults(run=_tune)
 
     commands.add_parser(
         "tvmc",

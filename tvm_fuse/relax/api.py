@@ -19,7 +19,7 @@ import tvm
 from tvm import relax
 
 from ..spec import KernelSpec
-from . import compat, kernel
+from . import compat, kernel, records
 from .clip import RaiseMinMax
 from .fallback import ScheduleFallback
 from .fold_bn import FoldBatchNorm
@@ -73,22 +73,32 @@ def build(
     algorithm="auto",
     precision="default",
     memory: str = "tvm_fuse",
+    tuning_records=None,
 ):
     """``tvm.compile`` of the optimized module for ``target`` (None: this CPU), the stock ops
     left in it legalized first and given the fallback schedule (``ScheduleFallback``).
     ``algorithm``, ``precision``: see :func:`pipeline`; ``memory``: "tvm_fuse" places the
-    activations in one arena (``relax.memory``), "tvm" keeps Relax's storages."""
+    activations in one arena (``relax.memory``), "tvm" keeps Relax's storages; with
+    ``tuning_records`` (a file of ``tvm_fuse.relax.tune``), the tuned kernels take its tiles."""
     target = compat.as_target(target)
     relax_pipeline = memory_pipeline(memory)  # a bad choice fails before the build
-    lowered = lowered_for_compile(mod, params, target, algorithm, precision)
+    lowered = lowered_for_compile(mod, params, target, algorithm, precision, tuning_records)
     return tvm.compile(lowered, target=target, relax_pipeline=relax_pipeline)
 
 
 def lowered_for_compile(
-    mod: tvm.IRModule, params: dict | None, target, algorithm="auto", precision="default"
+    mod: tvm.IRModule,
+    params: dict | None,
+    target,
+    algorithm="auto",
+    precision="default",
+    tuning_records=None,
 ) -> tvm.IRModule:
-    """What ``build`` hands ``tvm.compile``: optimized, stock ops legalized and scheduled."""
+    """What ``build`` hands ``tvm.compile``: optimized (the tuned kernels with the tiles of
+    ``tuning_records``), stock ops legalized and scheduled."""
     optimized = optimize(mod, params, target, algorithm, precision)
+    if tuning_records is not None:
+        optimized = records.apply(optimized, tuning_records, target)
     lowered = relax.transform.LegalizeOps()(optimized)
     with target:
         return ScheduleFallback()(lowered)

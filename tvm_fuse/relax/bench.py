@@ -1,20 +1,29 @@
 """Time the Relax backend against stock Relax on ONNX models (run in the Relax venv).
 
     python -m tvm_fuse.relax.bench [--models block resnet18 layer:l1 ...] [--rounds 3] [--stock]
+        [--tune TRIALS] [--meta-schedule TRIALS] [--json PATH]
 
 Each model is written by ``tvm_fuse.onnx_example`` (``block``: the residual block at 64 channels
 on 56x56; ``resnet18``: ResNet-18 at 224x224, BatchNorm kept; ``layer:NAME``: a conv -> BN ->
 ReLU of the layer table, ``LAYERS``), imported with ``from_onnx``,
 built by ``tvm_fuse.relax.build`` and, with ``--stock``, by ``tvm.compile`` of the imported module
-(Relax's default pipeline: its convs are unscheduled loop nests). The runs are interleaved
-(``rounds`` rounds of each); the median of each is printed in ms with the load average. Machines
-are shared and noisy: compare ratios within one run. Speed is never asserted in tests.
+(Relax's default pipeline: its convs are unscheduled loop nests). ``--tune TRIALS`` adds
+tvm_fuse tuned (``tvm_fuse.relax.tune``, TRIALS measurements per kernel); ``--meta-schedule
+TRIALS`` adds stock Relax tuned by meta_schedule (as ``relax.pipeline.static_shape_tuning_pipeline``
+does it, TRIALS trials per task); the wall time of each tuning is reported. The
+runs are interleaved (``rounds`` rounds of each); the median of each is printed in ms with the
+load average, and every build's output is checked against the first's. Machines are shared and
+noisy: compare ratios within one run. Speed is never asserted in tests. ``--json`` writes the
+table with the machine, the command line and the budgets.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import platform
+import sys
 import statistics
 import tempfile
 import time
@@ -27,7 +36,7 @@ from tvm import relax
 from tvm.relax.frontend.onnx import from_onnx
 
 from .. import onnx_example
-from . import api, compat
+from . import api, compat, records, tuning
 
 #: The layer table of ``benchmarks/bench_layers.py`` (name: Cin, Co, size, kernel, stride, pad),
 #: each as an ONNX conv -> BatchNorm -> ReLU.
@@ -40,6 +49,11 @@ LAYERS = {
     "l4": (512, 512, 7, 3, 1, 1),
     "down": (64, 128, 56, 1, 2, 0),
 }
+
+
+#: meta_schedule's builder and runner timeouts (its defaults: 30 s each)
+MS_BUILD_TIMEOUT_S = 300
+MS_RUN_TIMEOUT_S = 60
 
 
 def layer_model(name):
@@ -69,22 +83,97 @@ def _runner(exe, x):
     return once
 
 
-def bench(model: str, rounds: int, stock: bool, folder: Path) -> dict:
+def meta_schedule_build(mod, target, trials: int, work_dir: str):
+    """Stock Relax tuned by meta_schedule, as ``static_shape_tuning_pipeline`` does it
+    (decompose BatchNorm, the zero pipeline, ``tune_relax``, ``MetaScheduleApplyDatabase``),
+    with ``trials`` per task (as ``--tune`` gives each tvm_fuse kernel) and a builder timeout
+    long enough for a shared machine (the default 30 s fails every build of a 512-channel conv
+    there); then ``tvm.compile``. Returns (executable, number of tasks)."""
+    # pylint: disable-next=import-outside-toplevel  (meta_schedule loads only when asked for)
+    from tvm.s_tir import meta_schedule as ms
+
+    with target:
+        prepared = tvm.transform.Sequential(
+            [
+                relax.transform.DecomposeOpsForInference(),
+                relax.transform.CanonicalizeBindings(),
+                relax.pipeline.zero_pipeline(),
+            ]
+        )(mod)
+    tasks = len(ms.relax_integration.extract_tasks(prepared, target))
+    ms.relax_integration.tune_relax(
+        prepared,
+        params={},
+        target=target,
+        work_dir=work_dir,
+        max_trials_global=trials * tasks,
+        max_trials_per_task=trials,
+        num_trials_per_iter=min(64, trials),
+        builder=ms.builder.LocalBuilder(timeout_sec=MS_BUILD_TIMEOUT_S),
+        runner=ms.runner.LocalRunner(timeout_sec=MS_RUN_TIMEOUT_S),
+    )
+    with target:
+        tuned = relax.transform.MetaScheduleApplyDatabase(work_dir)(prepared)
+    return tvm.compile(tuned, target=target), tasks
+
+
+def _timed(make):
+    start = time.perf_counter()
+    made = make()
+    return made, time.perf_counter() - start
+
+
+def bench(model: str, rounds: int, stock: bool, folder: Path, tune=0, meta_schedule=0) -> dict:
     path = MODELS[model](folder / f"{model.replace(':', '_')}.onnx")
     mod = from_onnx(onnx.load(path), keep_params_in_input=False)
     dims = onnx.load(path).graph.input[0].type.tensor_type.shape.dim
     x = np.random.default_rng(0).standard_normal([d.dim_value for d in dims]).astype("float32")
     target = compat.host_target()
-    start = time.perf_counter()
-    runners = {"tvm_fuse.relax": _runner(api.build(mod, target=target), x)}
-    build_s = time.perf_counter() - start
+    exe, build_s = _timed(lambda: api.build(mod, target=target))
+    exes = {"tvm_fuse.relax": exe}
+    result = {"build_s": build_s, "tune_s": {}}
+    if tune:
+        log = folder / f"{model.replace(':', '_')}.tuning.json"
+        done, result["tune_s"]["tvm_fuse.relax tuned"] = _timed(
+            lambda: tuning.tune(mod, target=target, trials=tune, records=log)
+        )
+        result["tuned_kernels"] = [_tuned_row(kernel) for kernel in done]
+        exes["tvm_fuse.relax tuned"] = api.build(mod, target=target, tuning_records=log)
     if stock:
-        runners["stock relax"] = _runner(tvm.compile(mod, target=target), x)
+        exes["stock relax"] = tvm.compile(mod, target=target)
+    if meta_schedule:
+        work_dir = folder / f"{model.replace(':', '_')}.meta_schedule"
+        (exe, result["meta_schedule_tasks"]), result["tune_s"]["stock relax + meta_schedule"] = (
+            _timed(lambda: meta_schedule_build(mod, target, meta_schedule, str(work_dir)))
+        )
+        exes["stock relax + meta_schedule"] = exe
+    runners = {name: _runner(exe, x) for name, exe in exes.items()}
+    result["max_rel_error"] = _max_rel_error(exes, x)
     times = {name: [] for name in runners}
     for _ in range(rounds):
         for name, once in runners.items():
             times[name].append(once())
-    return {"build_s": build_s, **{n: statistics.median(t) for n, t in times.items()}}
+    result["ms"] = {n: statistics.median(t) for n, t in times.items()}
+    return result
+
+
+def _tuned_row(done: tuning.TunedKernel) -> dict:
+    """What the tuner measured for one kernel, the kernel alone: model's tiles vs chosen."""
+    return {
+        "kernel": f"{done.spec.data.shape} -> {done.spec.out.shape}",
+        "model": records.tiles_text(done.default),
+        "model_ms": done.default_ms,
+        "tuned": records.tiles_text(done.best),
+        "tuned_ms": done.best_ms,
+    }
+
+
+def _max_rel_error(exes: dict, x) -> float:
+    """The largest difference of any build's output from the first's, over max |first|."""
+    data = tvm.runtime.tensor(x)
+    outs = [relax.VirtualMachine(e, tvm.cpu())["main"](data).numpy() for e in exes.values()]
+    scale = float(np.abs(outs[0]).max()) or 1.0
+    return max(float(np.abs(o - outs[0]).max()) / scale for o in outs)
 
 
 def main(argv=None) -> None:
@@ -92,18 +181,75 @@ def main(argv=None) -> None:
     parser.add_argument("--models", nargs="+", default=["block", "resnet18"], choices=list(MODELS))
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--stock", action="store_true", help="also time stock Relax")
+    parser.add_argument(
+        "--tune",
+        type=int,
+        default=0,
+        metavar="TRIALS",
+        help="also tvm_fuse tuned, TRIALS per kernel",
+    )
+    parser.add_argument(
+        "--meta-schedule",
+        type=int,
+        default=0,
+        metavar="TRIALS",
+        help="also stock Relax tuned by meta_schedule, TRIALS per task",
+    )
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write the results there")
     args = parser.parse_args(argv)
-    cpu = tvm.target.codegen.llvm_get_system_cpu()
-    threads = os.environ.get("TVM_NUM_THREADS", "all")
+    if args.tune < 0 or args.meta_schedule < 0:
+        parser.error("--tune and --meta-schedule take a number of trials >= 0")
+    machine = {
+        "host": platform.node(),
+        "cpu": tvm.target.codegen.llvm_get_system_cpu(),
+        "cores": os.cpu_count(),
+        "TVM_NUM_THREADS": os.environ.get("TVM_NUM_THREADS", "all"),
+    }
+    results = {}
     with tempfile.TemporaryDirectory() as folder:
         for model in args.models:
-            result = bench(model, args.rounds, args.stock, Path(folder))
-            load = os.getloadavg()[0]
-            times = ", ".join(f"{k} {v:.2f} ms" for k, v in result.items() if k != "build_s")
-            print(
-                f"{model}: {times} (build {result['build_s']:.1f} s; {cpu}, "
-                f"TVM_NUM_THREADS={threads}, load {load:.2f})"
+            result = bench(
+                model, args.rounds, args.stock, Path(folder), args.tune, args.meta_schedule
             )
+            result["load"] = os.getloadavg()[0]
+            results[model] = result
+            print(_table(model, result, machine))
+    if args.json:
+        payload = {
+            "command": " ".join([Path(sys.executable).name, "-m", __spec__.name, *sys.argv[1:]]),
+            "machine": machine,
+            "rounds": args.rounds,
+            "trials per kernel or task": {
+                "tvm_fuse.relax tuned": args.tune,
+                "stock relax + meta_schedule": args.meta_schedule,
+            },
+            "results": results,
+        }
+        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+        print(f"wrote {args.json}")
+
+
+def _table(model: str, result: dict, machine: dict) -> str:
+    """The rows of one model: each build's median ms, its ratio to tvm_fuse untuned, the tuning
+    wall time where it was tuned."""
+    base = result["ms"]["tvm_fuse.relax"]
+    lines = [
+        f"{model} on {machine['host']} ({machine['cpu']}, TVM_NUM_THREADS="
+        f"{machine['TVM_NUM_THREADS']}, load {result['load']:.2f}; outputs agree within "
+        f"{result['max_rel_error']:.1g} of max |out|)",
+        f"  {'build':<30} {'ms':>9} {'vs tvm_fuse':>12} {'tuning s':>9}",
+    ]
+    for name, ms in result["ms"].items():
+        tuned = result["tune_s"].get(name)
+        lines.append(
+            f"  {name:<30} {ms:9.3f} {ms / base:11.2f}x {'' if tuned is None else f'{tuned:9.0f}'}"
+        )
+    for row in result.get("tuned_kernels", []):
+        lines.append(
+            f"  tuned alone {row['kernel']}: model {row['model']} {row['model_ms']:.3f} ms, "
+            f"chosen {row['tuned']} {row['tuned_ms']:.3f} ms"
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
-"""``tvm-fuse demo|compile|explain --backend relax``: the command line on the Relax backend.
+"""``tvm-fuse demo|compile|explain|tune --backend relax``: the command line on the Relax backend.
 
 Called by ``tvm_fuse.cli`` when the backend is Relax (``--backend relax``, or apache-tvm is the
 installed TVM). ``compile`` writes the compiled module as a shared library (load it with
 ``tvm.runtime.load_module`` and run it with ``relax.VirtualMachine``); ``explain`` prints each
 fused kernel's task description and which kernel runs it, the transposes left, and every conv or
-BatchNorm left unfused with the reason; ``demo`` takes the seed example through the pipeline
+BatchNorm left unfused with the reason; ``tune`` writes tuning records (``relax.tuning``)
+that ``compile --tuning-records`` applies; ``demo`` takes the seed example through the pipeline
 pass by pass and checks the result against ONNX Runtime (or stock Relax without it).
 """
 
@@ -22,7 +23,7 @@ from tvm.relax.frontend.onnx import from_onnx
 
 from .. import onnx_example
 from ..errors import UserError
-from . import api, compat, fuse, kernel, strategy
+from . import api, compat, fuse, kernel, records, strategy, tuning
 from .fold_bn import match_chain, fold_refusal
 from .layout import ConvertLayoutNHWC
 from .lower import LowerFusedConv
@@ -49,12 +50,45 @@ def target_of(text):
         raise UserError(f"invalid target {text!r}: {err}") from None
 
 
-def compile_onnx(model, output, target=None, input_shapes=None) -> str:
-    """Compile ``model`` with the Relax backend and write the library to ``output``."""
+def compile_onnx(model, output, target=None, input_shapes=None, tuning_records=None) -> str:
+    """Compile ``model`` with the Relax backend (the kernels of ``tuning_records`` tuned) and
+    write the library to ``output``."""
     target = target_of(target)
-    exe = api.build(load(model, input_shapes), target=target)
+    exe = api.build(load(model, input_shapes), target=target, tuning_records=tuning_records)
     exe.export_library(str(output))
     return str(output)
+
+
+def tune_onnx(args) -> int:
+    """``tvm-fuse tune --backend relax``: tune ``args.model``'s kernels into ``args.log``."""
+    flags = (("--rpc-tracker", args.tracker), ("--rpc-key", args.rpc_key), ("--tuner", args.tuner))
+    given = [flag for flag, value in flags if value]
+    if given:
+        raise UserError(
+            f"{', '.join(given)}: the Relax backend's tuner measures on this machine with its own "
+            "search (tvm_fuse.relax.tuning); drop the flag or use --backend relay"
+        )
+    if args.trials < 1:
+        raise UserError(f"--trials {args.trials}: give at least 1 measurement per kernel")
+    if Path(args.log).exists() and Path(args.log).resolve() == Path(args.model).resolve():
+        raise UserError(f"{args.log}: is the model itself; give -o another path")
+    mod = load(args.model, args.input_shapes)
+
+    def report(done):
+        print(
+            f"{done.spec.data.shape} -> {done.spec.out.shape}: model "
+            f"{records.tiles_text(done.default)} {done.default_ms:.3f} ms, tuned "
+            f"{records.tiles_text(done.best)} {done.best_ms:.3f} ms ({len(done.trials)} trials)"
+        )
+
+    target = target_of(args.target)
+    done = tuning.tune(mod, target=target, trials=args.trials, records=args.log, on_kernel=report)
+    print(f"wrote records for {len(done)} kernels to {args.log}")
+    print(
+        f"build with them: tvm-fuse compile {args.model} --tuning-records {args.log} "
+        "--backend relax"
+    )
+    return 0
 
 
 def explain(mod: tvm.IRModule, target) -> str:

@@ -19,14 +19,16 @@ from ..progress import Progress
 
 def add_cli(subparsers) -> None:
     """Add the ``tune`` subcommand to an argparse ``subparsers`` (``run`` is its handler)."""
-    tune = subparsers.add_parser("tune", help="tune the fused kernels of an ONNX model (AutoTVM)")
+    tune = subparsers.add_parser(
+        "tune", help="tune the fused kernels of an ONNX model (Relay: AutoTVM; Relax: tile search)"
+    )
     add_model_options(tune, quiet=False)
     tune.add_argument(
         *("-o", "--output", "--log"),
         dest="log",
         required=True,
         metavar="PATH",
-        help="AutoTVM log to append the records to",
+        help="AutoTVM log to append the records to (Relax: JSON records to write or update)",
     )
     tune.add_argument("--trials", type=int, default=64, help="measurements per kernel (64)")
     tune.add_argument(
