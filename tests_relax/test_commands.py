@@ -24,6 +24,31 @@ def test_compile_writes_a_library_that_runs_right(tmp_path, rng, capsys):
     assert_close(vm["main"](tvm.runtime.tensor(x)).numpy(), want)
 
 
+def test_compile_takes_the_algorithm_and_precision_options(tmp_path, rng, monkeypatch):
+    """``--algorithm direct`` reaches the build (every kernel direct) and the result is right."""
+    from tvm_fuse.relax import api  # pylint: disable=import-outside-toplevel
+
+    model = onnx_example.conv_bn_act(tmp_path / "l.onnx", (1, 32, 16, 16), 32, 3, 1, 1)
+    chosen = {}
+    build = api.build
+
+    def spy(mod, **kwargs):
+        optimized = api.optimize(mod, target=kwargs["target"], algorithm=kwargs["algorithm"])
+        chosen["algorithms"] = {spec.algorithm for spec in api.describe(optimized)}
+        chosen["precision"] = kwargs["precision"]
+        return build(mod, **kwargs)
+
+    monkeypatch.setattr(api, "build", spy)
+    out = tmp_path / "l.so"
+    argv = ["compile", model, "-o", str(out), "--algorithm", "direct", "--precision", "high"]
+    assert cli.main(argv) == 0
+    assert chosen == {"algorithms": {"direct"}, "precision": "high"}
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(out)), tvm.cpu())
+    x = rng.standard_normal((1, 32, 16, 16)).astype("float32")
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"data": x})[0]
+    assert_close(vm["main"](tvm.runtime.tensor(x)).numpy(), want)
+
+
 def _grouped_model(path):
     w = numpy_helper.from_array(np.ones((8, 2, 3, 3), "float32"), "w")
     nodes = [

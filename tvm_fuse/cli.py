@@ -93,12 +93,18 @@ def _demo(args, _extra) -> int:
 def _compile_relax(args) -> int:
     from .relax import commands  # pylint: disable=import-outside-toplevel
 
-    if args.algorithm != "auto" or args.precision != "default":
-        raise UserError("--algorithm and --precision are the Relay backend's")
     output = commands.DEFAULT_LIBRARY if args.output == DEFAULT_PACKAGE else args.output
     if Path(output).resolve() == Path(args.model).resolve():
         raise UserError(f"-o {output} would overwrite the model")
-    commands.compile_onnx(args.model, output, args.target, args.input_shapes, args.tuning_records)
+    commands.compile_onnx(
+        args.model,
+        output,
+        args.target,
+        args.input_shapes,
+        args.tuning_records,
+        algorithm=args.algorithm,
+        precision=args.precision,
+    )
     print(
         f"wrote {output}: a Relax VM library; run it with relax.VirtualMachine("
         f"tvm.runtime.load_module({output!r}), tvm.cpu())"

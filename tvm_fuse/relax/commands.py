@@ -50,11 +50,25 @@ def target_of(text):
         raise UserError(f"invalid target {text!r}: {err}") from None
 
 
-def compile_onnx(model, output, target=None, input_shapes=None, tuning_records=None) -> str:
-    """Compile ``model`` with the Relax backend (the kernels of ``tuning_records`` tuned) and
-    write the library to ``output``."""
+def compile_onnx(
+    model,
+    output,
+    target=None,
+    input_shapes=None,
+    tuning_records=None,
+    algorithm="auto",
+    precision="default",
+) -> str:
+    """Compile ``model`` with the Relax backend (the kernels of ``tuning_records`` tuned;
+    ``algorithm``/``precision`` as for ``api.build``) and write the library to ``output``."""
     target = target_of(target)
-    exe = api.build(load(model, input_shapes), target=target, tuning_records=tuning_records)
+    exe = api.build(
+        load(model, input_shapes),
+        target=target,
+        algorithm=algorithm,
+        precision=precision,
+        tuning_records=tuning_records,
+    )
     exe.export_library(str(output))
     return str(output)
 
