@@ -9,7 +9,7 @@ scheduled and opaque) and returns its executable, to run with ``relax.VirtualMac
 Before ``tvm.compile``, ``build`` legalizes the stock ops left (refused convs, pooling, ...) and
 gives them ``ScheduleFallback``'s parallel, vectorized schedule, which stock Relax does not.
 ``describe`` lists the fused kernels' task descriptions in the order ``main`` calls them.
-``build`` places the activations in one arena at tvm_fuse's planner's offsets (``memory``);
+``build(memory="tvm_fuse")`` places the activations in one arena at tvm_fuse's planner's offsets;
 ``memory_plan`` gives that plan's numbers.
 """
 
@@ -72,13 +72,14 @@ def build(
     target=None,
     algorithm="auto",
     precision="default",
-    memory: str = "tvm_fuse",
+    memory: str = "tvm",
     tuning_records=None,
 ):
     """``tvm.compile`` of the optimized module for ``target`` (None: this CPU), the stock ops
     left in it legalized first and given the fallback schedule (``ScheduleFallback``).
-    ``algorithm``, ``precision``: see :func:`pipeline`; ``memory``: "tvm_fuse" places the
-    activations in one arena (``relax.memory``), "tvm" keeps Relax's storages; with
+    ``algorithm``, ``precision``: see :func:`pipeline`; ``memory``: "tvm" keeps Relax's storages,
+    "tvm_fuse" places the activations in one arena (``relax.memory``): less memory (ResNet-18:
+    -18 %), but measured 3-6 % slower on ResNet-18/50 (znver3), hence not the default; with
     ``tuning_records`` (a file of ``tvm_fuse.relax.tune``), the tuned kernels take its tiles."""
     target = compat.as_target(target)
     relax_pipeline = memory_pipeline(memory)  # a bad choice fails before the build
@@ -133,8 +134,8 @@ def _spec_of_call(mod, value):
 def memory_plan(
     mod: tvm.IRModule, params: dict | None = None, target=None
 ) -> ArenaPlan | None:
-    """The arena plan ``tvm_fuse.relax.build`` makes for ``mod``'s ``main`` (print it for
-    Relax's storage bytes against the arena and the lower bound), or None (nothing planned)."""
+    """The arena plan ``tvm_fuse.relax.build(memory="tvm_fuse")`` makes for ``mod``'s ``main``
+    (print it for Relax's storage bytes against the arena and the lower bound), or None."""
     target = compat.as_target(target)
     with target:
         planned = tvm.transform.Sequential(until_static_plan())(
