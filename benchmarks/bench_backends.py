@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tvm_fuse.bench import common  # noqa: E402  (common first: thread env)
+from tvm_fuse.bench import common, peers  # noqa: E402  (common first: thread env)
 from tvm_fuse.bench.bench_layers import LAYERS  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -85,12 +85,7 @@ class WorkerRunner(common.Runner):
 
 
 def _ort_runner(model: Path, x: np.ndarray) -> common.Runner:
-    import onnxruntime as ort  # pylint: disable=import-outside-toplevel
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = common.THREADS
-    options.inter_op_num_threads = 1
-    session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    session = peers.ort_session(model)
     name = session.get_inputs()[0].name
     return common.CallableRunner(lambda: session.run(None, {name: x})[0])
 

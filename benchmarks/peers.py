@@ -63,20 +63,25 @@ def onnx_export(module, data: np.ndarray, path: Path) -> Path:
     return path
 
 
-def ort_runner(module, data: np.ndarray) -> common.CallableRunner:
-    """ONNX Runtime on ``module`` exported to ONNX, ``THREADS`` intra-op threads."""
-    if common.peers_available()["onnxruntime"]:
-        raise common.Skip(common.peers_available()["onnxruntime"])
+def ort_session(path):
+    """An ONNX Runtime session on the ONNX file ``path``: ``THREADS`` intra-op threads, one
+    sequential inter-op stream, every graph optimization, CPU."""
     import onnxruntime as ort  # pylint: disable=import-outside-toplevel
 
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = common.THREADS
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def ort_runner(module, data: np.ndarray) -> common.CallableRunner:
+    """ONNX Runtime on ``module`` exported to ONNX (:func:`ort_session`)."""
+    if common.peers_available()["onnxruntime"]:
+        raise common.Skip(common.peers_available()["onnxruntime"])
     with tempfile.TemporaryDirectory() as tmp:
-        path = onnx_export(module, data, Path(tmp) / "model.onnx")
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = common.THREADS
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        session = ort_session(onnx_export(module, data, Path(tmp) / "model.onnx"))
     out_shape = session.run(None, {"data": data})[0].shape
     out = np.empty(out_shape, "float32")
     binding = session.io_binding()
