@@ -3,14 +3,16 @@
 reference, on the same ONNX files, in one run.
 
     python -m tvm_fuse.bench.bench_backends --relax-python ~/tvm_fuse-relax/bin/python \
-        [--models resnet18,layer:l1,...] [--quick] [--results DIR] [--json PATH]
+        [--models resnet18,layer:l1,...] [--quick] [--rounds N] [--results DIR] [--json PATH]
 
 The two TVM stacks cannot share a process, so each backend builds the model in a child process
 of its own interpreter (``backend_worker``) and times it there when asked; the children take
 turns round by round with ONNX Runtime (``common.time_interleaved``), so a change in the
 machine's load hits all of them alike. Each output is checked against ONNX Runtime's
 (``common.check_close``); the table gives each backend's median, its compile time (the build
-alone, in its own process) and the ratios Relax/Relay. ONNX Runtime is here the reference, not a
+alone, in its own process) and the ratios Relax/Relay: of the medians, and the median of the
+ratios within a round (``common.paired_ratio``: steadier on a shared machine, as both backends
+of a round see the same load). ONNX Runtime is here the reference, not a
 peer: its times are in the JSON only (``bench_models``/``bench_layers`` time it as a peer, with
 its output bound once and PyTorch's export of the model).
 
@@ -22,6 +24,7 @@ the layer table of ``bench_layers`` (depthwise layers excepted).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
@@ -121,6 +124,7 @@ def bench_model(name: str, pythons: dict, cfg, folder: Path) -> dict:
     relay, relax = results[RELAY], results[RELAX]
     ratios = {
         "relax/relay time": common.ratio(relax.ms, relay.ms),
+        "relax/relay time per round": common.paired_ratio(relax.timing, relay.timing),
         "relax/relay compile": common.ratio(
             relax.extra.get("compile_s"), relay.extra.get("compile_s")
         ),
@@ -141,6 +145,8 @@ def main(argv=None) -> int:
     parser.add_argument("--models", default=",".join(DEFAULT_MODELS),
                         help=f"comma-separated names of {', '.join(MODELS)}")
     parser.add_argument("--quick", action="store_true", help="few short repeats")
+    parser.add_argument("--rounds", type=int, metavar="N",
+                        help=f"timing rounds (default {common.FULL.repeat})")
     common.add_output_options(parser, "backends")
     args = parser.parse_args(argv)
     names = common.select(parser, args.models, MODELS)
@@ -149,6 +155,8 @@ def main(argv=None) -> int:
                      ".ci/relax-env DIR and give DIR/bin/python")
     pythons = {RELAY: sys.executable, RELAX: args.relax_python}
     cfg = common.QUICK if args.quick else common.FULL
+    if args.rounds:
+        cfg = dataclasses.replace(cfg, repeat=args.rounds)
     records, rows = {}, []
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
@@ -157,13 +165,14 @@ def main(argv=None) -> int:
             res, ratios = record["results"], record["ratios"]
             rows.append([
                 name, res[RELAY]["ms"], res[RELAX]["ms"],
-                ratios["relax/relay time"], res[RELAY].get("compile_s"),
+                ratios["relax/relay time"], ratios["relax/relay time per round"],
+                res[RELAY].get("compile_s"),
                 res[RELAX].get("compile_s"), ratios["relax/relay compile"],
                 "ok" if record["ok"] else "FAIL",
             ])
     machine = common.machine_info()
     common.print_table(
-        ["model", "relay ms", "relax ms", "relax/relay", "relay compile s",
+        ["model", "relay ms", "relax ms", "relax/relay", "per round", "relay compile s",
          "relax compile s", "compile relax/relay", "check vs ORT"],
         rows,
         title=f"\ntvm_fuse's backends, batch 1, fp32, {common.THREADS} threads, {machine['cpu']}",

@@ -342,6 +342,15 @@ def best_of(results: dict[str, Result], names) -> tuple[str | None, float | None
     return name, ms
 
 
+def paired_ratio(a: Timing | None, b: Timing | None) -> float | None:
+    """The median over rounds of ``a``'s time over ``b``'s in the same round: two
+    implementations timed in turns (``time_interleaved``) see the same drift of the machine's
+    load within a round, which this ratio cancels and the ratio of the medians does not."""
+    if not (a and b):
+        return None
+    return statistics.median(x / y for x, y in zip(a.runs_ms, b.runs_ms))
+
+
 def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 

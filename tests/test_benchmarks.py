@@ -143,7 +143,8 @@ def test_backends_bench_runs_each_backend_in_a_process_of_its_own(tmp_path, monk
     tiny = lambda path: onnx_example.conv_bn_act(path, (1, 16, 8, 8), 16, 3, 1, 1)  # noqa: E731
     monkeypatch.setitem(bench_backends.MODELS, "tiny", tiny)
     path = tmp_path / "backends.json"
-    argv = ["--relax-python", sys.executable, "--models", "tiny", "--quick", "--json", str(path)]
+    argv = ["--relax-python", sys.executable, "--models", "tiny", "--quick", "--rounds", "4",
+            "--json", str(path)]
     assert bench_backends.main(argv) == 0
     record = json.loads(path.read_text())["models"]["tiny"]
     assert record["ok"]
@@ -152,8 +153,21 @@ def test_backends_bench_runs_each_backend_in_a_process_of_its_own(tmp_path, monk
         assert result["check"]["ok"] and result["check"]["max_abs_err"] <= 1e-4 * result[
             "check"]["max_abs_ref"]
         assert result["backend"] == "relay" and result["compile_s"] > 0
-        assert len(result["runs_ms"]) == common.QUICK.repeat and min(result["runs_ms"]) > 0
+        assert len(result["runs_ms"]) == 4 and min(result["runs_ms"]) > 0
     assert record["ratios"]["relax/relay time"] > 0
+    relax, relay = (record["results"][label]["runs_ms"] for label in (bench_backends.RELAX,
+                                                                     bench_backends.RELAY))
+    per_round = sorted(a / b for a, b in zip(relax, relay))
+    assert record["ratios"]["relax/relay time per round"] == pytest.approx(
+        (per_round[1] + per_round[2]) / 2)
+
+
+def test_paired_ratio_is_the_median_of_the_ratios_within_a_round():
+    a = common.Timing([2.0, 9.0, 3.0], number=1)
+    b = common.Timing([1.0, 3.0, 6.0], number=1)
+    assert common.paired_ratio(a, b) == 2.0  # rounds: 2.0, 3.0, 0.5
+    assert common.ratio(a.median_ms, b.median_ms) == 1.0
+    assert common.paired_ratio(a, None) is None
 
 
 def test_backends_bench_names_a_missing_relax_python(capsys):
