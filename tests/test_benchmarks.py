@@ -176,3 +176,21 @@ def test_backends_bench_names_a_missing_relax_python(capsys):
     with pytest.raises(SystemExit):
         bench_backends.main(["--relax-python", "/nonexistent/bin/python"])
     assert "--relax-python /nonexistent/bin/python: no such file" in capsys.readouterr().err
+
+
+def test_settle_waits_for_a_spinning_thread_to_stop():
+    """The pause before each measurement lasts until the CPUs are idle: a thread spinning for
+    0.3 s (as TVM's workers do after their last task) is waited for, up to ``max_s``."""
+    import threading  # pylint: disable=import-outside-toplevel
+    import time  # pylint: disable=import-outside-toplevel
+
+    def spin():
+        end = time.perf_counter() + 0.3
+        while time.perf_counter() < end:
+            pass
+
+    thread = threading.Thread(target=spin)
+    thread.start()
+    waited = common.settle(max_s=1.5)
+    thread.join()
+    assert 0.3 <= waited <= 1.5 + 0.2
