@@ -107,11 +107,16 @@ def test_model_profile_names_shapes_and_shares():
     """``bench_models --profile``: the slowest kernels, each with its output shape and share."""
     mod, params = examples.seed_example()
     data = np.random.default_rng(0).standard_normal((1, 64, 56, 56)).astype("float32")
-    kernels = bench_models.profile(mod, params, data, tvm_fuse.host_target(), top=2)
-    assert len(kernels) == 2 and kernels[0]["ms"] >= kernels[1]["ms"] > 0
-    assert "tvm_fuse_conv2d_nhwc_fused" in kernels[0]["node"]
-    assert kernels[0]["shape"] == [1, 28, 28, 128]
-    assert 0.5 < kernels[0]["share"] <= 1.0
+    kernels = bench_models.profile(mod, params, data, tvm_fuse.host_target(), top=10)
+    # every kernel (entry transpose, fused conv, exit transpose), slowest first; which is the
+    # slowest depends on the machine's load, so only the order and the shares are asserted
+    assert len(kernels) == 3
+    assert [k["ms"] for k in kernels] == sorted((k["ms"] for k in kernels), reverse=True)
+    assert min(k["ms"] for k in kernels) > 0
+    assert sum(k["share"] for k in kernels) == pytest.approx(1.0)
+    (conv,) = [k for k in kernels if "tvm_fuse_conv2d_nhwc_fused" in k["node"]]
+    assert conv["shape"] == [1, 28, 28, 128]
+    assert conv["share"] == pytest.approx(conv["ms"] / sum(k["ms"] for k in kernels))
 
 
 def test_a_bad_thread_count_is_one_line():
