@@ -154,8 +154,10 @@ def main(argv=None) -> int:
         parser.error(f"--relax-python {args.relax_python}: no such file; make the venv with "
                      ".ci/relax-env DIR and give DIR/bin/python")
     pythons = {RELAY: sys.executable, RELAX: args.relax_python}
+    if args.rounds is not None and args.rounds < 1:
+        parser.error(f"--rounds {args.rounds}: give at least 1 round")
     cfg = common.QUICK if args.quick else common.FULL
-    if args.rounds:
+    if args.rounds is not None:
         cfg = dataclasses.replace(cfg, repeat=args.rounds)
     records, rows = {}, []
     with tempfile.TemporaryDirectory() as tmp:

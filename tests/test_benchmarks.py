@@ -183,6 +183,15 @@ def test_backends_bench_names_a_missing_relax_python(capsys):
     assert "--relax-python /nonexistent/bin/python: no such file" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("rounds", ["0", "-1"])
+def test_backends_bench_refuses_fewer_than_one_round(capsys, rounds):
+    from tvm_fuse.bench import bench_backends  # pylint: disable=import-outside-toplevel
+
+    with pytest.raises(SystemExit):
+        bench_backends.main(["--relax-python", sys.executable, "--rounds", rounds])
+    assert f"--rounds {rounds}: give at least 1 round" in capsys.readouterr().err
+
+
 def test_settle_waits_for_a_spinning_thread_to_stop():
     """The pause before each measurement lasts until the CPUs are idle: a thread spinning for
     0.3 s (as TVM's workers do after their last task) is waited for, up to ``max_s``."""
