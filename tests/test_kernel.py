@@ -123,6 +123,10 @@ TE_CASES = {
     "map7_flat_co20": (2, 7, 24, 20, 3, 1, 1, (1, 1, 1, 1)),  # Ho*Wo tiles, Co padded in-kernel
     "rows_w24": (1, 24, 8, 16, 3, 1, 1, (1, 1, 1, 1)),  # tiles of 6 divide Wo: tiles along Wo
     "rows_co32_w12": (1, 12, 8, 32, 3, 1, 1, (1, 1, 1, 1)),  # AVX2: 3 px x 4 vectors, vector outer
+    # no padding: the Wo tile's overhang (AVX2: 3 px tiles on Wo=56) reads a clamped column
+    "valid_1x1_w56": (1, 56, 8, 32, 1, 1, 1, (0, 0, 0, 0)),
+    "valid_1x1_s2": (1, 111, 8, 32, 1, 2, 1, (0, 0, 0, 0)),
+    "valid_3x3_w56": (1, 58, 8, 32, 3, 1, 1, (0, 0, 0, 0)),
 }
 
 
@@ -164,6 +168,13 @@ def test_lowered_fast_kernel_is_parallel_and_vectorized(case, flat):
     assert f"float32x{lanes}" in text  # the accumulators and the FMAs are VL-wide vectors
     assert "T.Broadcast" in text  # one input value broadcast to every lane
     assert ('"local"' in text) == flat  # the flat tile's accumulators: a local cache of the conv
+
+
+@pytest.mark.parametrize("case", ["valid_1x1_w56", "valid_1x1_s2", "valid_3x3_w56"])
+def test_unpadded_conv_reads_its_input_in_place(case):
+    """A conv without padding copies no input rows, even where its Wo tile overhangs Wo."""
+    s, args, _ = te_kernel(*TE_CASES[case])
+    assert "data_pad" not in str(tvm.lower(s, args))
 
 
 def test_pack_hwio_matches_layout_transform(rng):
