@@ -41,7 +41,7 @@ def test_the_seed_example_leaves_nothing_unfused():
     assert report.paths == ["fast x86 kernel (conv2d_nhwc_fused.x86)"]
     assert report.leftovers == []
     assert report.transforms == [
-        "NCHW -> NHWC [1, 64, 56, 56] of graph input 'data'",
+        "NCHW -> NHWC (tvm_fuse.nchw_to_nhwc) [1, 64, 56, 56] of graph input 'data'",
         "NHWC -> NCHW (tvm_fuse.nhwc_to_nchw) [1, 28, 28, 128] of tvm_fuse.conv2d_nhwc_fused",
     ]
     text = str(report)

@@ -35,7 +35,7 @@ LAYERS = [
         "kernel half",
         ["schedules", "schedules.*", "relax.kernel", "relax.winograd", "relax.fallback"],
     ),
-    ("relay ops", ["op", "exit_op"]),
+    ("relay ops", ["op", "boundary_ops"]),
     ("meeting point", ["strategy", "relax.strategy"]),
     (
         "graph half",

@@ -7,7 +7,7 @@ from tvm import relay
 from tvm.contrib import graph_executor
 from tvm.relay.testing import resnet
 
-from tvm_fuse import exit_op
+from tvm_fuse import boundary_ops
 from tvm_fuse.ir_utils import relay_functions
 from tvm_fuse.passes.layout import ConvertLayoutNHWC, count_layout_transforms
 from tvm_fuse.target import host_target
@@ -87,10 +87,10 @@ def test_nchw_conv_becomes_nhwc_with_folded_weight(rng):
     conv = _conv(x, relay.const(w))
     before = _module(x, relay.nn.relu(relay.nn.bias_add(conv, relay.const(b))))
 
-    nhwc = relay.layout_transform(x, "NCHW", "NHWC")
+    nhwc = boundary_ops.nchw_to_nhwc(x)  # the entry and exit transforms: tvm_fuse's transposes
     y = _conv(nhwc, relay.const(w.transpose(2, 3, 1, 0)), data_layout="NHWC", kernel_layout="HWIO")
     y = relay.nn.relu(relay.add(y, relay.const(b.reshape(1, 1, 1, 4))))
-    expected = _module(x, exit_op.nhwc_to_nchw(y))  # the exit transform: tvm_fuse's transpose
+    expected = _module(x, boundary_ops.nhwc_to_nchw(y))
 
     # No PassContext: the pass must not depend on the caller's opt_level (default 2).
     tvm.ir.assert_structural_equal(_convert(before), expected)

@@ -141,7 +141,7 @@ def test_seed_example(seed, opt_level):
     assert spec.weight.layout == PACKED
     for lib, _ in seed.check(opt_level).values():
         assert data_path_kernels(lib) == [
-            "tvmgen_default_fused_layout_transform",
+            "tvmgen_default_fused_tvm_fuse_nchw_to_nhwc",
             f"tvmgen_default_fused_{FUSED}",
             "tvmgen_default_fused_tvm_fuse_nhwc_to_nchw",
         ]

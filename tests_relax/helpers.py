@@ -69,9 +69,7 @@ def op_names(mod, func="main") -> list[str]:
 
 
 def transposes(names: list[str]) -> list[str]:
-    """The layout transposes among ``op_names``: ``permute_dims`` and tvm_fuse's exit kernel."""
-    return [
-        n
-        for n in names
-        if n == "relax.permute_dims" or n.startswith("relax.call_tir:tvm_fuse_nhwc_to_nchw")
-    ]
+    """The layout transposes among ``op_names``: ``permute_dims`` and tvm_fuse's entry and exit
+    kernels."""
+    blocked = ("relax.call_tir:tvm_fuse_nchw_to_nhwc", "relax.call_tir:tvm_fuse_nhwc_to_nchw")
+    return [n for n in names if n == "relax.permute_dims" or n.startswith(blocked)]

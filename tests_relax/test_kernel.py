@@ -12,7 +12,7 @@ import tvm
 
 from reference import ACTIVATIONS, assert_close, conv2d_nhwc
 from tvm_fuse.relax import compat, kernel
-from tvm_fuse.schedules import packing, tiling
+from tvm_fuse.schedules import packing, tiling, transposes
 from tvm_fuse.spec import KernelSpec
 
 CASES = {
@@ -143,12 +143,14 @@ def test_avx512_layout_and_tiles_compute_right_here_too(case, rng, target):
     assert_close(got, _reference(spec, x, w, b, r), rel=1e-5)
 
 
+@pytest.mark.parametrize("name", transposes.TRANSPOSES)
 @pytest.mark.parametrize("shape", [(1, 112, 112, 64), (2, 7, 7, 20), (1, 5, 3, 1)])
-def test_exit_transpose_matches_numpy(shape, rng, target):
-    func = kernel.exit_transpose(shape, "float32", compat.simd_lanes(target))
+def test_boundary_transpose_matches_numpy(name, shape, rng, target):
+    func = kernel.boundary_transpose(name, shape, "float32", compat.simd_lanes(target))
     assert "T.parallel" in func.script() and "T.vectorized" in func.script()
     lib = tvm.compile(tvm.IRModule({"main": func}), target=target)
     x = rng.standard_normal(shape).astype("float32")
-    out = tvm.runtime.empty((shape[0], shape[3], shape[1], shape[2]), "float32")
+    _, axes = transposes.TRANSPOSES[name]
+    out = tvm.runtime.empty([shape[a] for a in axes], "float32")
     lib(tvm.runtime.tensor(x), out)
-    np.testing.assert_array_equal(out.numpy(), x.transpose(0, 3, 1, 2))
+    np.testing.assert_array_equal(out.numpy(), x.transpose(*axes))

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import tvm
 from tvm import relay
 
-from . import exit_op
+from . import boundary_ops
 from . import op as fused_op
 from .ir_utils import count_ops, relay_functions, use_counts
 from .memory import plan
@@ -32,7 +32,7 @@ from .spec import KernelSpec
 from .strategy import fast_path_refusal
 from .target import as_target
 
-_EXPLAINED = ("nn.conv2d", "nn.batch_norm", *exit_op.LAYOUT_TRANSFORM_OPS, fused_op.OP_NAME)
+_EXPLAINED = ("nn.conv2d", "nn.batch_norm", *boundary_ops.LAYOUT_TRANSFORM_OPS, fused_op.OP_NAME)
 
 
 def _op_name(expr) -> str | None:
@@ -126,14 +126,15 @@ def _leftover(call: relay.Call, reason: str) -> Leftover:
 
 def layout_transforms(mod: tvm.IRModule) -> list[str]:
     """One line per layout transform left in an optimized module (``layout_transform`` and the
-    exit transposes ``tvm_fuse.nhwc_to_nchw``)."""
+    boundary transposes of ``tvm_fuse.boundary_ops``)."""
     lines = []
     for func in relay_functions(relay.transform.InferType()(mod)).values():
         for call in _calls(func):
             if _op_name(call) == "layout_transform":
                 layouts = f"{call.attrs.src_layout} -> {call.attrs.dst_layout}"
-            elif _op_name(call) == exit_op.OP_NAME:
-                layouts = f"NHWC -> NCHW ({exit_op.OP_NAME})"
+            elif _op_name(call) in boundary_ops.LAYOUTS:
+                src, dst = boundary_ops.LAYOUTS[_op_name(call)]
+                layouts = f"{src} -> {dst} ({_op_name(call)})"
             else:
                 continue
             arg = call.args[0]

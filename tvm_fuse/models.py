@@ -18,7 +18,7 @@ import numpy as np
 import tvm
 from tvm.relay import testing
 
-from . import exit_op
+from . import boundary_ops
 
 #: Name -> ``get_workload(batch_size)`` of relay.testing (NCHW, float32, 1000 classes).
 ZOO = {
@@ -69,13 +69,13 @@ def zoo_workload(name: str, batch_size: int = 1, seed: int = 0) -> tuple[tvm.IRM
 
 def built_layout_transforms(lib) -> list[str]:
     """Names of the graph nodes of a ``relay.build`` result whose kernel does a layout transform
-    (``layout_transform`` or tvm_fuse's exit transpose ``nhwc_to_nchw``).
+    (``layout_transform`` or one of tvm_fuse's boundary transposes).
 
     A fused kernel's node name lists the ops fused into it (e.g.
     ``tvmgen_default_fused_layout_transform``), so a weight transform left at run time shows up.
     """
     nodes = json.loads(lib.get_graph_json())["nodes"]
-    kinds = [name.replace(".", "_") for name in exit_op.LAYOUT_TRANSFORM_OPS]  # as in node names
+    kinds = [name.replace(".", "_") for name in boundary_ops.LAYOUT_TRANSFORM_OPS]  # as in node names
     return [
         n["name"]
         for n in nodes

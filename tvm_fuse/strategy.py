@@ -12,8 +12,9 @@ of the kernel that implements it.
 - Everything else keeps HWIO weights and the generic implementation (``schedules.generic``),
   which is always correct.
 
-It also gives ``tvm_fuse.nhwc_to_nchw`` (the graph's exit transpose, ``tvm_fuse.exit_op``) its
-kernel: the cache-blocked ``schedules.nhwc_to_nchw`` on CPUs, TVM's injective one elsewhere.
+It also gives ``tvm_fuse.nchw_to_nhwc`` and ``tvm_fuse.nhwc_to_nchw`` (the graph's entry and exit
+transposes, ``tvm_fuse.boundary_ops``) their kernels: the cache-blocked ``schedules.transposes``
+on CPUs, TVM's injective one elsewhere.
 """
 
 import dataclasses
@@ -23,10 +24,10 @@ from tvm import relay, topi
 from tvm.relay.op.strategy.generic import wrap_topi_schedule
 from tvm.target import override_native_generic_func
 
-from . import exit_op
+from . import boundary_ops
 from .op import OP_NAME, spec_of_attrs
 from .schedules import conv2d_nhwc_fused as fast
-from .schedules import generic, nhwc_to_nchw, packing, tiling, winograd, winograd_tiling
+from .schedules import generic, packing, tiling, transposes, winograd, winograd_tiling
 from .schedules import winograd_weights
 from .spec import KernelSpec
 
@@ -144,32 +145,41 @@ def _fused_conv2d_strategy_cpu(attrs, inputs, out_type, target):
 relay.op.op.register_strategy(OP_NAME, fused_conv2d_strategy)
 
 
-# -- the exit transpose --------------------------------------------------------------------------
-def _exit_compute(attrs, inputs, out_type):
-    return [nhwc_to_nchw.compute(inputs[0])]
+# -- the boundary transposes ---------------------------------------------------------------------
+def _transpose_strategy(op_name: str, compute, name: str):
+    """Register the strategy of the boundary transpose ``op_name``: on CPUs the cache-blocked
+    kernel ``name`` of ``schedules.transposes`` (parallel over rows, tiles of VL x VL values),
+    TVM's injective schedule on every other target."""
+
+    def _compute(attrs, inputs, out_type):
+        return [compute(inputs[0])]
+
+    @override_native_generic_func(f"tvm_fuse_{name.split('.')[0]}_strategy")
+    def transpose_strategy(attrs, inputs, out_type, target):
+        strategy = relay.op.OpStrategy()
+        schedule = wrap_topi_schedule(topi.generic.schedule_injective)
+        strategy.add_implementation(_compute, schedule, name=name.replace(".x86", ".generic"))
+        return strategy
+
+    @transpose_strategy.register("cpu")
+    def _transpose_strategy_cpu(attrs, inputs, out_type, target):
+        strategy = relay.op.OpStrategy()
+        lanes = simd_lanes(target)
+        strategy.add_implementation(
+            _compute,
+            lambda attrs, outs, target: transposes.schedule(outs, lanes),
+            name=name,
+            plevel=15,
+        )
+        return strategy
+
+    relay.op.op.register_strategy(op_name, transpose_strategy)
+    return transpose_strategy
 
 
-@override_native_generic_func("tvm_fuse_nhwc_to_nchw_strategy")
-def exit_transpose_strategy(attrs, inputs, out_type, target):
-    """Every target: TVM's injective schedule."""
-    strategy = relay.op.OpStrategy()
-    schedule = wrap_topi_schedule(topi.generic.schedule_injective)
-    strategy.add_implementation(_exit_compute, schedule, name="nhwc_to_nchw.generic")
-    return strategy
-
-
-@exit_transpose_strategy.register("cpu")
-def _exit_transpose_strategy_cpu(attrs, inputs, out_type, target):
-    """CPU: parallel over rows, tiles of VL channels x VL columns (``schedules.nhwc_to_nchw``)."""
-    strategy = relay.op.OpStrategy()
-    lanes = simd_lanes(target)
-    strategy.add_implementation(
-        _exit_compute,
-        lambda attrs, outs, target: nhwc_to_nchw.schedule(outs, lanes),
-        name=nhwc_to_nchw.NAME,
-        plevel=15,
-    )
-    return strategy
-
-
-relay.op.op.register_strategy(exit_op.OP_NAME, exit_transpose_strategy)
+exit_transpose_strategy = _transpose_strategy(
+    boundary_ops.OP_NAME, transposes.exit_compute, transposes.EXIT_NAME
+)
+entry_transpose_strategy = _transpose_strategy(
+    boundary_ops.ENTRY_OP_NAME, transposes.entry_compute, transposes.ENTRY_NAME
+)

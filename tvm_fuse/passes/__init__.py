@@ -1,7 +1,7 @@
 """Relay passes of the graph half, one per module.
 
 Importing them registers the strategies of the ops they create (``tvm_fuse.strategy``: the fused
-conv and the exit transpose ``tvm_fuse.nhwc_to_nchw``), so that ``relay.build`` can build what a
+conv and the boundary transposes of ``tvm_fuse.boundary_ops``), so that ``relay.build`` can build what a
 pass returns even when nothing else of tvm_fuse was used.
 """
 

@@ -17,9 +17,10 @@ passes, called directly so that a caller's ``opt_level`` below 3 cannot skip the
 3. The ``layout_transform`` of each constant weight (a pure axis permutation, OIHW -> HWIO) is
    computed now in NumPy, and ``FoldConstant`` computes the rest (the biases' ``expand_dims``):
    FoldConstant would compile every weight's transpose with LLVM, seconds on ResNet-18.
-4. Each ``layout_transform`` NHWC -> NCHW left (an activation leaving the NHWC region) becomes
-   ``tvm_fuse.nhwc_to_nchw`` (``tvm_fuse.exit_op``): the same transpose with a cache-blocked
-   kernel instead of TVM's injective one, which re-reads the whole map once per channel.
+4. Each ``layout_transform`` of an activation left between NCHW and NHWC (entering or leaving
+   the NHWC region) becomes ``tvm_fuse.nchw_to_nhwc`` or ``tvm_fuse.nhwc_to_nchw``
+   (``tvm_fuse.boundary_ops``): the same transpose with a cache-blocked kernel instead of TVM's
+   injective one, which gathers every output vector from as many cache lines.
 
 What it leaves: one layout transform per graph input and output (``count_layout_transforms``
 counts both ops), the entry one just before
@@ -42,7 +43,7 @@ from tvm import relay
 from tvm.relay import dataflow_pattern
 from tvm.relay.op.strategy.generic import is_depthwise_conv2d
 
-from .. import exit_op
+from .. import boundary_ops
 from ..ir_utils import count_ops, relay_functions, rewrite_functions
 
 _POOLS = ("nn.max_pool2d", "nn.avg_pool2d", "nn.global_max_pool2d", "nn.global_avg_pool2d")
@@ -65,9 +66,10 @@ def ConvertLayoutNHWC() -> tvm.transform.Pass:  # pylint: disable=invalid-name  
 
 def count_layout_transforms(mod) -> int:
     """Number of layout transforms of activations and weights in all Relay functions of ``mod``
-    (or in one expr): ``layout_transform`` calls plus the exit transposes ``nhwc_to_nchw``."""
+    (or in one expr): ``layout_transform`` calls plus the boundary transposes of
+    ``tvm_fuse.boundary_ops``."""
     counts = count_ops(mod)
-    return sum(counts[name] for name in exit_op.LAYOUT_TRANSFORM_OPS)
+    return sum(counts[name] for name in boundary_ops.LAYOUT_TRANSFORM_OPS)
 
 
 def _convert_module(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
@@ -83,7 +85,7 @@ def _convert_module(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         relay.transform.FoldConstant(),
     ):
         mod = stock_pass(mod)
-    mod = _ExitTransposes()(relay.transform.InferType()(mod))
+    mod = _BoundaryTransposes()(relay.transform.InferType()(mod))
     mod = mod.clone()
     for gv, func in done.items():
         mod[gv] = func
@@ -155,21 +157,23 @@ def _nhwc_kernel_layout(conv: relay.Call) -> str:
     return "HWOI" if depthwise else "HWIO"
 
 
-@relay.transform.function_pass(opt_level=0, name="tvm_fuse.ExitTransposes")
-class _ExitTransposes:
-    """Step 4: ``layout_transform`` NHWC -> NCHW of activations -> ``tvm_fuse.nhwc_to_nchw``."""
+@relay.transform.function_pass(opt_level=0, name="tvm_fuse.BoundaryTransposes")
+class _BoundaryTransposes:
+    """Step 4: ``layout_transform`` of activations NCHW -> NHWC -> ``tvm_fuse.nchw_to_nhwc``,
+    NHWC -> NCHW -> ``tvm_fuse.nhwc_to_nchw``."""
 
     def transform_function(self, func, _mod, _ctx):
-        return dataflow_pattern.rewrite(_ExitTransposeCallback(), func)
+        return dataflow_pattern.rewrite(_BoundaryTransposeCallback(), func)
 
 
-class _ExitTransposeCallback(dataflow_pattern.DFPatternCallback):
+class _BoundaryTransposeCallback(dataflow_pattern.DFPatternCallback):
     def __init__(self):
         super().__init__(require_type=True)
         self.data = dataflow_pattern.wildcard()
         self.pattern = dataflow_pattern.is_op("layout_transform")(self.data)
 
     def callback(self, pre, post, node_map):
-        if not exit_op.is_exit_transform(pre):
+        name = boundary_ops.boundary_op(pre)
+        if name is None:
             return post
-        return exit_op.nhwc_to_nchw(node_map[self.data][0])
+        return boundary_ops.transpose(name, node_map[self.data][0])

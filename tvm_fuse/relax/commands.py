@@ -22,6 +22,7 @@ from tvm import relax
 from tvm.relax.frontend.onnx import from_onnx
 
 from .. import onnx_example
+from ..schedules import transposes
 from ..errors import UserError
 from . import api, compat, fuse, kernel, records, strategy, tuning
 from .fold_bn import match_chain, fold_refusal
@@ -30,6 +31,8 @@ from .lower import LowerFusedConv
 
 #: ``--output`` default of the Relax backend: a shared library, not a tvmc package
 DEFAULT_LIBRARY = "module.so"
+#: How the calls of tvm_fuse's boundary transposes start in ``_main_calls``.
+_BLOCKED_TRANSPOSES = tuple(f"call_tir(tvm_fuse_{name}" for name in transposes.TRANSPOSES)
 
 
 def load(path, input_shapes=None) -> tvm.IRModule:
@@ -118,9 +121,9 @@ def explain(mod: tvm.IRModule, target) -> str:
         lines.append(f"\nkernel {i}: {name}{why}")
         lines.append(str(spec))
     names = _main_calls(optimized)
-    exits = sum(n.startswith("call_tir(tvm_fuse_nhwc_to_nchw") for n in names)
-    left = names.count("permute_dims") + exits
-    lines.append(f"\nlayout transposes left: {left} ({exits} by tvm_fuse's blocked NHWC->NCHW)")
+    blocked = sum(n.startswith(_BLOCKED_TRANSPOSES) for n in names)
+    left = names.count("permute_dims") + blocked
+    lines.append(f"\nlayout transposes left: {left} ({blocked} by tvm_fuse's blocked kernels)")
     lines += leftovers(mod, target)
     return "\n".join(lines)
 

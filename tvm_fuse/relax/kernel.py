@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from tvm import te
 
-from ..schedules import fused_te, generic, nhwc_to_nchw, tiling, winograd_te, winograd_tiling
+from ..schedules import fused_te, generic, tiling, transposes, winograd_te, winograd_tiling
 from ..spec import KernelSpec
 from . import compat, winograd
 
@@ -80,22 +80,28 @@ def kernel_name(spec: KernelSpec) -> str:
     return GENERIC_NAME if spec.lanes is None else FAST_NAME
 
 
-def exit_transpose(shape, dtype: str, lanes: int):
-    """The graph's exit transpose NHWC -> NCHW of a ``shape`` tensor as the Relay backend's
-    cache-blocked kernel (``schedules.nhwc_to_nchw``): parallel over (N, H), tiles of up to
-    ``lanes`` channels x ``lanes`` columns, the channels unrolled, the columns vectorized."""
+def boundary_transpose(name: str, shape, dtype: str, lanes: int):
+    """The graph's entry or exit transpose ``name`` (of ``schedules.transposes.TRANSPOSES``) of a
+    ``shape`` tensor as the Relay backend's cache-blocked kernel: parallel over (N, H), tiles of
+    up to ``lanes`` x ``lanes`` values, the input's contiguous axis unrolled, the output's
+    vectorized."""
     data = te.placeholder(tuple(shape), dtype, name="data")
-    out = nhwc_to_nchw.compute(data)
+    compute, _ = transposes.TRANSPOSES[name]
+    out = compute(data)
     sch = compat.Schedule(te.create_prim_func([data, out]))
-    block = sch.get_sblock("nhwc_to_nchw")
-    n, c, h, w = sch.get_loops(block)
-    c_blk, c_in = sch.split(c, [None, nhwc_to_nchw.tile_size(int(shape[3]), lanes)])
-    w_blk, w_in = sch.split(w, [None, nhwc_to_nchw.tile_size(int(shape[2]), lanes)])
-    sch.reorder(n, h, c_blk, w_blk, c_in, w_in)
-    sch.parallel(sch.fuse(n, h))
-    sch.unroll(c_in)
-    sch.vectorize(w_in)
-    attrs = {"tvm_fuse.kernel": nhwc_to_nchw.NAME, "tir.is_scheduled": True}
+    loops = sch.get_loops(sch.get_sblock(name))
+    row, unrolled, vectorized = transposes.tile_axes(out)
+    u_blk, u_in = sch.split(
+        loops[unrolled], [None, transposes.tile_size(int(out.shape[unrolled]), lanes)]
+    )
+    v_blk, v_in = sch.split(
+        loops[vectorized], [None, transposes.tile_size(int(out.shape[vectorized]), lanes)]
+    )
+    sch.reorder(loops[0], loops[row], u_blk, v_blk, u_in, v_in)
+    sch.parallel(sch.fuse(loops[0], loops[row]))
+    sch.unroll(u_in)
+    sch.vectorize(v_in)
+    attrs = {"tvm_fuse.kernel": f"{name}.x86", "tir.is_scheduled": True}
     return sch.mod["main"].with_attrs(attrs)
 
 

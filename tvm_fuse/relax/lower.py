@@ -12,19 +12,22 @@ scheduled PrimFunc of ``relax.kernel.prim_func`` (one per distinct spec, planned
 target's cores), which carries the spec. The composite functions are dropped once no call is
 left. It refuses nothing: a spec the fast kernel does not take runs the scheduled generic kernel.
 
-It also gives the graph's NHWC -> NCHW transposes (``permute_dims(x, [0, 3, 1, 2])`` of a 4-D
-tensor of static shape, which ``ConvertLayoutNHWC`` leaves at the exit) the Relay backend's
-cache-blocked kernel (``kernel.exit_transpose``) on x86 LLVM targets: the default schedule walks
-the whole map once per channel (112x112x64: 1 ms, against a 3 ms conv).
+It also gives the graph's NCHW <-> NHWC transposes (``permute_dims(x, [0, 2, 3, 1])`` and
+``[0, 3, 1, 2]`` of a 4-D tensor of static shape, which ``ConvertLayoutNHWC`` leaves at the entry
+and exit) the Relay backend's cache-blocked kernels (``kernel.boundary_transpose``) on x86 LLVM
+targets: the default schedule gathers every output vector from as many cache lines (the exit of
+a 112x112x64 map: 1 ms, against a 3 ms conv).
 """
 
 from __future__ import annotations
+
+import collections
 
 import tvm
 from tvm import relax
 
 from ..algorithm_options import winograd_tiles
-from ..schedules import packing, winograd_weights
+from ..schedules import packing, transposes, winograd_weights
 from . import compat, kernel, strategy
 from .fuse import COMPOSITE, Chain, spec_of_function
 
@@ -75,7 +78,8 @@ class _Lower(relax.PyExprMutator):
     def __init__(self, mod, target, tiles):
         super().__init__(mod)
         self.mod_, self.target, self.tiles = mod, target, tiles
-        self.kernels = {}  # spec JSON -> GlobalVar of its PrimFunc
+        self.kernels = {}  # spec JSON (or transpose, shape, dtype) -> GlobalVar of its PrimFunc
+        self.named = collections.Counter()  # kernels added, by name prefix
 
     def run(self):
         for gv, func in list(self.mod_.functions_items()):
@@ -85,8 +89,9 @@ class _Lower(relax.PyExprMutator):
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
-        if _is_exit_transpose(call) and compat.is_x86_llvm(self.target):
-            return self._exit_transpose(call)
+        transpose = _boundary_transpose(call)
+        if transpose and compat.is_x86_llvm(self.target):
+            return self._boundary_transpose(transpose, call)
         func = self.mod_[call.op] if isinstance(call.op, tvm.ir.GlobalVar) else None
         if func is None or not _is_composite(func):
             return call
@@ -106,38 +111,42 @@ class _Lower(relax.PyExprMutator):
         out = compat.TensorType(spec.out.shape, spec.out.dtype)
         return relax.call_tir(self._kernel(wanted), tensors, out)
 
-    def _exit_transpose(self, call):
+    def _boundary_transpose(self, transpose: str, call):
         data = call.args[0]
         shape, dtype = compat.tensor_shape(data), compat.tensor_dtype(data)
-        key = ("exit", shape, dtype)
+        key = (transpose, shape, dtype)
         if key not in self.kernels:
-            name = f"tvm_fuse_nhwc_to_nchw_{len(self.kernels)}"
-            func = kernel.exit_transpose(shape, dtype, compat.simd_lanes(self.target))
-            self.kernels[key] = self.builder_.add_func(func.with_attr("global_symbol", name), name)
-        n, h, w, c = shape
-        return relax.call_tir(self.kernels[key], [data], compat.TensorType((n, c, h, w), dtype))
+            func = kernel.boundary_transpose(transpose, shape, dtype, compat.simd_lanes(self.target))
+            self.kernels[key] = self._add(f"tvm_fuse_{transpose}", func)
+        _, axes = transposes.TRANSPOSES[transpose]
+        out = compat.TensorType([shape[a] for a in axes], dtype)
+        return relax.call_tir(self.kernels[key], [data], out)
 
     def _kernel(self, spec):
         key = spec.to_json()
         if key not in self.kernels:
-            name = f"tvm_fuse_conv2d_nhwc_fused_{len(self.kernels)}"
             func = kernel.prim_func(spec, cores=strategy.cores(self.target))
-            func = func.with_attr("global_symbol", name)
-            self.kernels[key] = self.builder_.add_func(func, name)
+            self.kernels[key] = self._add("tvm_fuse_conv2d_nhwc_fused", func)
         return self.kernels[key]
 
+    def _add(self, prefix: str, func):
+        """Add ``func`` to the module as ``{prefix}_{i}``, i counting the kernels of ``prefix``."""
+        name = f"{prefix}_{self.named[prefix]}"
+        self.named[prefix] += 1
+        return self.builder_.add_func(func.with_attr("global_symbol", name), name)
 
-def _is_exit_transpose(call) -> bool:
+
+def _boundary_transpose(call) -> str | None:
+    """The name of the boundary transpose (``schedules.transposes.TRANSPOSES``) that computes
+    ``call``, a ``permute_dims`` of a 4-D tensor of static shape; None for any other call."""
     if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.permute_dims"):
-        return False
+        return None
     axes = call.attrs.axes
     shape = compat.tensor_shape(call.args[0])
-    return (
-        axes is not None
-        and [int(a) for a in axes] == [0, 3, 1, 2]
-        and shape is not None
-        and len(shape) == 4
-    )
+    if axes is None or shape is None or len(shape) != 4:
+        return None
+    axes = tuple(int(a) for a in axes)
+    return next((name for name, (_, perm) in transposes.TRANSPOSES.items() if perm == axes), None)
 
 
 def _is_composite(func) -> bool:
