@@ -32,27 +32,15 @@ import tempfile
 from pathlib import Path
 
 from tvm_fuse.bench import common, peers  # noqa: E402  (common first: thread env)
-from tvm_fuse.bench.bench_layers import LAYERS  # noqa: E402
+from tvm_fuse.bench.layer_table import ONNX_MODELS  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from tvm_fuse import onnx_example  # noqa: E402
 
 RELAY, RELAX, ORT = "tvm_fuse (relay)", "tvm_fuse.relax", "onnxruntime"
 
 
-def _layer_writer(layer):
-    return lambda path: onnx_example.conv_bn_act(
-        path, layer.data_shape, layer.cout, layer.kernel, layer.stride, layer.pad
-    )
-
-
-MODELS = {
-    "block": lambda path: onnx_example.residual_block(path, cin=64, channels=64, size=56),
-    "resnet18": lambda path: onnx_example.resnet(path, 18),
-    "resnet50": lambda path: onnx_example.resnet(path, 50),
-    **{f"layer:{n}": _layer_writer(layer) for n, layer in LAYERS.items() if layer.groups == 1},
-}
+MODELS = ONNX_MODELS
 DEFAULT_MODELS = ("resnet18", "layer:l1", "layer:l4", "layer:seed")
 
 

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 from tvm_fuse.bench import common, fma_peak, peers  # noqa: E402  (common first: thread env)
+from tvm_fuse.bench.layer_table import LAYERS, Layer  # noqa: E402
 
 import numpy as np  # noqa: E402
 import tvm  # noqa: E402
@@ -40,59 +41,6 @@ PEERS = ("pytorch", "onnxruntime")
 IMPLS = ("tvm_fuse", "tvm_fuse_direct", "tvm_nchwc", "tvm_nhwc") + PEERS
 
 
-@dataclass(frozen=True)
-class Layer:
-    """One conv layer: ``cin -> cout`` channels on an ``hw x hw`` map, square kernel."""
-
-    name: str
-    cin: int
-    cout: int
-    hw: int
-    kernel: int
-    stride: int
-    pad: int
-    batch: int = 1
-    groups: int = 1
-
-    @property
-    def out_hw(self) -> int:
-        return (self.hw + 2 * self.pad - self.kernel) // self.stride + 1
-
-    @property
-    def gflop(self) -> float:
-        """Multiply-adds count twice; BN and ReLU are not counted."""
-        macs = self.batch * self.cout * self.out_hw**2 * self.cin // self.groups * self.kernel**2
-        return 2 * macs / 1e9
-
-    @property
-    def winograd_applies(self) -> bool:
-        """3x3 stride 1 with groups=1: the convs tvm_fuse may compute with Winograd."""
-        return self.kernel == 3 and self.stride == 1 and self.groups == 1
-
-    @property
-    def data_shape(self) -> tuple[int, int, int, int]:
-        return (self.batch, self.cin, self.hw, self.hw)
-
-
-LAYERS = {
-    layer.name: layer
-    for layer in [
-        Layer("stem", 3, 64, 224, 7, 2, 3),
-        Layer("l1", 64, 64, 56, 3, 1, 1),
-        Layer("seed", 64, 128, 56, 3, 2, 1),
-        Layer("l2", 128, 128, 28, 3, 1, 1),
-        Layer("l3", 256, 256, 14, 3, 1, 1),
-        Layer("l4", 512, 512, 7, 3, 1, 1),
-        Layer("down", 64, 128, 56, 1, 2, 0),
-        Layer("r50_reduce", 256, 64, 56, 1, 1, 0),
-        Layer("r50_expand", 64, 256, 56, 1, 1, 0),
-        Layer("r50_c4", 1024, 256, 14, 1, 1, 0),
-        Layer("mb_expand", 24, 144, 56, 1, 1, 0),
-        Layer("mb_dw", 144, 144, 56, 3, 1, 1, groups=144),
-        Layer("mb_project", 144, 24, 56, 1, 1, 0),
-        Layer("mb_last", 320, 1280, 7, 1, 1, 0),
-    ]
-}
 #: A ``--quick`` run: a stride-1 3x3 and the strided seed layer, without the slowest builds.
 QUICK_LAYERS = ("l2", "seed")
 SLOW = ("tvm_nhwc", "tvm_fuse_direct")

@@ -19,7 +19,8 @@ import dataclasses
 import sys
 
 from tvm_fuse.bench import common  # noqa: E402  (first: thread environment)
-from tvm_fuse.bench.bench_layers import BN_EPS, LAYERS, Layer, layer_arrays  # noqa: E402
+from tvm_fuse.bench.bench_layers import BN_EPS, layer_arrays  # noqa: E402
+from tvm_fuse.bench.layer_table import LAYERS, Layer  # noqa: E402
 
 import numpy as np  # noqa: E402
 import tvm  # noqa: E402

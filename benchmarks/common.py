@@ -45,20 +45,11 @@ from tvm.contrib import graph_executor  # noqa: E402
 
 import tvm_fuse  # noqa: E402
 from tvm_fuse.bench import RESULTS  # noqa: E402
+from tvm_fuse.bench.idle import settle  # noqa: E402,F401  (re-exported: the suites call it here)
 from tvm_fuse.testing import MODEL_RTOL  # noqa: E402
 
 #: Relative tolerance of every correctness check: max |out - ref| <= RTOL * max |ref|.
 RTOL = MODEL_RTOL
-#: Before each measurement, wait until the machine is idle (``settle``): the worker threads of
-#: the implementation timed before it spin after their last task, TVM's for about 0.2 s of CPU
-#: time (300,000 yields, measured on Zen 3), and on two cores a spinning thread takes one from
-#: the next implementation (ONNX Runtime ran 2.5x slower right after TVM with a fixed 50 ms
-#: pause). Idle means at most ``IDLE_BUSY`` of the CPUs' time busy over ``IDLE_WINDOW_S``.
-IDLE_WINDOW_S = 0.05
-IDLE_BUSY = 0.05
-#: The longest wait for idle CPUs (a machine busy with other work never gets there).
-SETTLE_MAX_S = 2.0
-
 logging.getLogger("autotvm").setLevel(logging.ERROR)  # "Cannot find config" for every conv
 logging.getLogger("te_compiler").setLevel(logging.ERROR)
 logging.getLogger("strategy").setLevel(logging.ERROR)  # "conv2d NHWC layout is not optimized"
@@ -217,35 +208,6 @@ def calibrate(runner: Runner, cfg: TimingConfig) -> int:
     """Warm ``runner`` up; the ``number`` of runs that makes one repeat last ``min_repeat_ms``."""
     per_run_ms = max(runner.timed(cfg.warmup), 1e-6)
     return max(cfg.number, math.ceil(cfg.min_repeat_ms / per_run_ms))
-
-
-def _cpu_times() -> tuple[int, int] | None:
-    """(busy, total) jiffies of all CPUs since boot (Linux ``/proc/stat``), else None."""
-    try:
-        with open("/proc/stat", encoding="ascii") as stat:
-            fields = [int(v) for v in stat.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return sum(fields) - idle, sum(fields)
-
-
-def settle(max_s: float = SETTLE_MAX_S) -> float:
-    """Wait until the CPUs are idle (``IDLE_BUSY`` over a window of ``IDLE_WINDOW_S``), at most
-    ``max_s``; return the seconds waited. Without ``/proc/stat``, wait ``max_s / 4``."""
-    start = time.perf_counter()
-    before = _cpu_times()
-    if before is None:
-        time.sleep(max_s / 4)
-        return time.perf_counter() - start
-    while True:
-        time.sleep(IDLE_WINDOW_S)
-        after = _cpu_times()
-        busy, total = after[0] - before[0], after[1] - before[1]
-        waited = time.perf_counter() - start
-        if (total and busy <= IDLE_BUSY * total) or waited >= max_s:
-            return waited
-        before = after
 
 
 def time_interleaved(runners: dict[str, Runner], cfg: TimingConfig) -> dict[str, Timing]:

@@ -3,10 +3,10 @@
     python -m tvm_fuse.relax.bench [--models block resnet18 layer:l1 ...] [--rounds 3] [--stock]
         [--tune TRIALS] [--meta-schedule TRIALS] [--json PATH]
 
-Each model is written by ``tvm_fuse.onnx_example`` (``block``: the residual block at 64 channels
-on 56x56; ``resnet18``: ResNet-18 at 224x224, BatchNorm kept; ``layer:NAME``: a conv -> BN ->
-ReLU of the layer table, ``LAYERS``), imported with ``from_onnx``,
-built by ``tvm_fuse.relax.build`` and, with ``--stock``, by ``tvm.compile`` of the imported module
+Each model is written by ``tvm_fuse.onnx_example`` as ``tvm_fuse.bench.layer_table`` lists it
+(``block``: the residual block at 64 channels on 56x56; ``resnet18``/``resnet50``: ResNets at
+224x224, BatchNorm kept; ``layer:NAME``: a conv -> BN -> ReLU of the layer table), imported with
+``from_onnx``, built by ``tvm_fuse.relax.build`` and, with ``--stock``, by ``tvm.compile`` of the imported module
 (Relax's default pipeline: its convs are unscheduled loop nests). ``--tune TRIALS`` adds
 tvm_fuse tuned (``tvm_fuse.relax.tune``, TRIALS measurements per kernel); ``--meta-schedule
 TRIALS`` adds stock Relax tuned by meta_schedule (as ``relax.pipeline.static_shape_tuning_pipeline``
@@ -35,39 +35,17 @@ import tvm
 from tvm import relax
 from tvm.relax.frontend.onnx import from_onnx
 
-from .. import onnx_example
+from ..bench.idle import settle
+from ..bench.layer_table import ONNX_MODELS
 from . import api, compat, records, tuning
-
-#: The layer table of ``benchmarks/bench_layers.py`` (name: Cin, Co, size, kernel, stride, pad),
-#: each as an ONNX conv -> BatchNorm -> ReLU.
-LAYERS = {
-    "stem": (3, 64, 224, 7, 2, 3),
-    "l1": (64, 64, 56, 3, 1, 1),
-    "seed": (64, 128, 56, 3, 2, 1),
-    "l2": (128, 128, 28, 3, 1, 1),
-    "l3": (256, 256, 14, 3, 1, 1),
-    "l4": (512, 512, 7, 3, 1, 1),
-    "down": (64, 128, 56, 1, 2, 0),
-}
-
 
 #: meta_schedule's builder and runner timeouts (its defaults: 30 s each)
 MS_BUILD_TIMEOUT_S = 300
 MS_RUN_TIMEOUT_S = 60
 
 
-def layer_model(name):
-    cin, cout, size, kernel, stride, pad = LAYERS[name]
-    return lambda path: onnx_example.conv_bn_act(
-        path, (1, cin, size, size), cout, kernel, stride, pad
-    )
-
-
-MODELS = {
-    "block": lambda path: onnx_example.residual_block(path, cin=64, channels=64, size=56),
-    "resnet18": onnx_example.resnet18,
-    **{f"layer:{name}": layer_model(name) for name in LAYERS},
-}
+#: The benchmarks' ONNX models (``tvm_fuse.bench.layer_table``).
+MODELS = ONNX_MODELS
 
 
 def _runner(exe, x):
@@ -152,6 +130,7 @@ def bench(model: str, rounds: int, stock: bool, folder: Path, tune=0, meta_sched
     times = {name: [] for name in runners}
     for _ in range(rounds):
         for name, once in runners.items():
+            settle()  # the previous runner's TVM workers spin for a while after their last task
             times[name].append(once())
     result["ms"] = {n: statistics.median(t) for n, t in times.items()}
     return result
