@@ -12,11 +12,9 @@ each iteration reads one row of every channel (L1-resident) and writes it as til
 and the second vectorized: 0.13 ms for each of those two.
 """
 
-from tvm import te
+from typing import Callable, NamedTuple
 
-#: Implementation names, as the strategies register them (and the Relax kernels' attribute).
-EXIT_NAME = "nhwc_to_nchw.x86"
-ENTRY_NAME = "nchw_to_nhwc.x86"
+from tvm import te
 
 
 def exit_compute(data):
@@ -31,12 +29,30 @@ def entry_compute(data):
     return te.compute((n, h, w, c), lambda b, y, x, ch: data[b, ch, y, x], name="nchw_to_nhwc")
 
 
-#: Each transpose by the name of its stage: its compute and the permutation it computes, as
-#: NumPy's ``transpose`` (and Relax's ``permute_dims``) axes.
+class Transpose(NamedTuple):
+    """One boundary transpose: how it is computed and tiled."""
+
+    compute: Callable  # data -> the transposed tensor, a stage named as the transpose
+    axes: tuple[int, int, int, int]  # the permutation, as NumPy's transpose (Relax's permute_dims)
+    tile_axes: tuple[int, int, int]  # output axes: the parallel row (H), the input's contiguous
+    # axis (unrolled) and the output's contiguous axis (vectorized)
+
+
+#: Each transpose by the name of its stage (and kernel).
 TRANSPOSES = {
-    "nchw_to_nhwc": (entry_compute, (0, 2, 3, 1)),
-    "nhwc_to_nchw": (exit_compute, (0, 3, 1, 2)),
+    "nchw_to_nhwc": Transpose(entry_compute, (0, 2, 3, 1), (1, 2, 3)),
+    "nhwc_to_nchw": Transpose(exit_compute, (0, 3, 1, 2), (2, 1, 3)),
 }
+
+
+def implementation(name: str, kind: str = "x86") -> str:
+    """The implementation name of the transpose ``name``: ``x86`` for the blocked kernel (as both
+    backends name it), ``generic`` for TVM's injective schedule."""
+    return f"{name}.{kind}"
+
+
+EXIT_NAME = implementation("nhwc_to_nchw")
+ENTRY_NAME = implementation("nchw_to_nhwc")
 
 
 def tile_size(extent: int, lanes: int) -> int:
@@ -45,19 +61,13 @@ def tile_size(extent: int, lanes: int) -> int:
     return max(d for d in range(1, min(extent, lanes) + 1) if extent % d == 0)
 
 
-def tile_axes(out) -> tuple[int, int, int]:
-    """(row, unrolled, vectorized): the output axes of a transpose of this module that are the
-    parallel row (H), the input's contiguous axis and the output's contiguous axis."""
-    return (2, 1, 3) if out.op.name == "nhwc_to_nchw" else (1, 2, 3)
-
-
 def schedule(outs, lanes: int):
     """Parallel (N, H); per row, tiles of up to ``lanes`` x ``lanes`` values, the input's
     contiguous axis unrolled and the output's vectorized."""
     out = outs[0]
     s = te.create_schedule(out.op)
     axes = s[out].op.axis
-    row, unrolled, vectorized = (axes[i] for i in tile_axes(out))
+    row, unrolled, vectorized = (axes[i] for i in TRANSPOSES[out.op.name].tile_axes)
     u_blk, u_in = s[out].split(unrolled, tile_size(int(unrolled.dom.extent), lanes))
     v_blk, v_in = s[out].split(vectorized, tile_size(int(vectorized.dom.extent), lanes))
     s[out].reorder(axes[0], row, u_blk, v_blk, u_in, v_in)

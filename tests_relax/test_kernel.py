@@ -150,7 +150,7 @@ def test_boundary_transpose_matches_numpy(name, shape, rng, target):
     assert "T.parallel" in func.script() and "T.vectorized" in func.script()
     lib = tvm.compile(tvm.IRModule({"main": func}), target=target)
     x = rng.standard_normal(shape).astype("float32")
-    _, axes = transposes.TRANSPOSES[name]
+    axes = transposes.TRANSPOSES[name].axes
     out = tvm.runtime.empty([shape[a] for a in axes], "float32")
     lib(tvm.runtime.tensor(x), out)
     np.testing.assert_array_equal(out.numpy(), x.transpose(*axes))

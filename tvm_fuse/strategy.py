@@ -146,19 +146,22 @@ relay.op.op.register_strategy(OP_NAME, fused_conv2d_strategy)
 
 
 # -- the boundary transposes ---------------------------------------------------------------------
-def _transpose_strategy(op_name: str, compute, name: str):
-    """Register the strategy of the boundary transpose ``op_name``: on CPUs the cache-blocked
-    kernel ``name`` of ``schedules.transposes`` (parallel over rows, tiles of VL x VL values),
-    TVM's injective schedule on every other target."""
+def _transpose_strategy(op_name: str, name: str):
+    """Register the strategy of the boundary transpose ``op_name``, which computes the transpose
+    ``name`` of ``schedules.transposes``: on CPUs its cache-blocked kernel (parallel over rows,
+    tiles of VL x VL values), TVM's injective schedule on every other target."""
+    compute = transposes.TRANSPOSES[name].compute
 
     def _compute(attrs, inputs, out_type):
         return [compute(inputs[0])]
 
-    @override_native_generic_func(f"tvm_fuse_{name.split('.')[0]}_strategy")
+    @override_native_generic_func(f"tvm_fuse_{name}_strategy")
     def transpose_strategy(attrs, inputs, out_type, target):
         strategy = relay.op.OpStrategy()
         schedule = wrap_topi_schedule(topi.generic.schedule_injective)
-        strategy.add_implementation(_compute, schedule, name=name.replace(".x86", ".generic"))
+        strategy.add_implementation(
+            _compute, schedule, name=transposes.implementation(name, "generic")
+        )
         return strategy
 
     @transpose_strategy.register("cpu")
@@ -168,7 +171,7 @@ def _transpose_strategy(op_name: str, compute, name: str):
         strategy.add_implementation(
             _compute,
             lambda attrs, outs, target: transposes.schedule(outs, lanes),
-            name=name,
+            name=transposes.implementation(name),
             plevel=15,
         )
         return strategy
@@ -177,9 +180,5 @@ def _transpose_strategy(op_name: str, compute, name: str):
     return transpose_strategy
 
 
-exit_transpose_strategy = _transpose_strategy(
-    boundary_ops.OP_NAME, transposes.exit_compute, transposes.EXIT_NAME
-)
-entry_transpose_strategy = _transpose_strategy(
-    boundary_ops.ENTRY_OP_NAME, transposes.entry_compute, transposes.ENTRY_NAME
-)
+exit_transpose_strategy = _transpose_strategy(boundary_ops.OP_NAME, "nhwc_to_nchw")
+entry_transpose_strategy = _transpose_strategy(boundary_ops.ENTRY_OP_NAME, "nchw_to_nhwc")

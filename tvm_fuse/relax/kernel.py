@@ -86,11 +86,11 @@ def boundary_transpose(name: str, shape, dtype: str, lanes: int):
     up to ``lanes`` x ``lanes`` values, the input's contiguous axis unrolled, the output's
     vectorized."""
     data = te.placeholder(tuple(shape), dtype, name="data")
-    compute, _ = transposes.TRANSPOSES[name]
-    out = compute(data)
+    transpose = transposes.TRANSPOSES[name]
+    out = transpose.compute(data)
     sch = compat.Schedule(te.create_prim_func([data, out]))
     loops = sch.get_loops(sch.get_sblock(name))
-    row, unrolled, vectorized = transposes.tile_axes(out)
+    row, unrolled, vectorized = transpose.tile_axes
     u_blk, u_in = sch.split(
         loops[unrolled], [None, transposes.tile_size(int(out.shape[unrolled]), lanes)]
     )
@@ -101,7 +101,7 @@ def boundary_transpose(name: str, shape, dtype: str, lanes: int):
     sch.parallel(sch.fuse(loops[0], loops[row]))
     sch.unroll(u_in)
     sch.vectorize(v_in)
-    attrs = {"tvm_fuse.kernel": f"{name}.x86", "tir.is_scheduled": True}
+    attrs = {"tvm_fuse.kernel": transposes.implementation(name), "tir.is_scheduled": True}
     return sch.mod["main"].with_attrs(attrs)
 
 

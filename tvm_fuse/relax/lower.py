@@ -118,7 +118,7 @@ class _Lower(relax.PyExprMutator):
         if key not in self.kernels:
             func = kernel.boundary_transpose(transpose, shape, dtype, compat.simd_lanes(self.target))
             self.kernels[key] = self._add(f"tvm_fuse_{transpose}", func)
-        _, axes = transposes.TRANSPOSES[transpose]
+        axes = transposes.TRANSPOSES[transpose].axes
         out = compat.TensorType([shape[a] for a in axes], dtype)
         return relax.call_tir(self.kernels[key], [data], out)
 
@@ -146,7 +146,7 @@ def _boundary_transpose(call) -> str | None:
     if axes is None or shape is None or len(shape) != 4:
         return None
     axes = tuple(int(a) for a in axes)
-    return next((name for name, (_, perm) in transposes.TRANSPOSES.items() if perm == axes), None)
+    return next((name for name, t in transposes.TRANSPOSES.items() if t.axes == axes), None)
 
 
 def _is_composite(func) -> bool:
