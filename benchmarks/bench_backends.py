@@ -3,18 +3,23 @@
 reference, on the same ONNX files, in one run.
 
     python -m tvm_fuse.bench.bench_backends --relax-python ~/tvm_fuse-relax/bin/python \
-        [--models resnet18,layer:l1,...] [--quick] [--rounds N] [--results DIR] [--json PATH]
+        [--models resnet18,layer:l1,...] [--quick] [--rounds N] [--processes P] \
+        [--results DIR] [--json PATH]
 
 The two TVM stacks cannot share a process, so each backend builds the model in a child process
 of its own interpreter (``backend_worker``) and times it there when asked; the children take
 turns round by round with ONNX Runtime (``common.time_interleaved``), so a change in the
-machine's load hits all of them alike. Each output is checked against ONNX Runtime's
-(``common.check_close``); the table gives each backend's median, its compile time (the build
-alone, in its own process) and the ratios Relax/Relay: of the medians, and the median of the
-ratios within a round (``common.paired_ratio``: steadier on a shared machine, as both backends
-of a round see the same load). ONNX Runtime is here the reference, not a
-peer: its times are in the JSON only (``bench_models``/``bench_layers`` time it as a peer, with
-its output bound once and PyTorch's export of the model).
+machine's load hits all of them alike. A process keeps the speed it starts with (seen: one
+process ran a graph at 0.9 ms for its whole life, the next at 1.4 ms), so one pair of workers
+is one draw: ``--processes P`` starts P fresh pairs one after the other, each timed for
+``--rounds`` rounds, and pools their rounds. Each output is checked against ONNX Runtime's
+(``common.check_close``); the table gives each backend's median, its compile time (the median
+of its builds, each alone in its own process) and the ratios Relax/Relay: of the medians, and
+the median of the ratios within a round (``common.paired_ratio``: steadier on a shared machine,
+as both backends of a round see the same load); the JSON has each process's too. ONNX Runtime
+is here the reference, not a peer: its times are in the JSON only (``bench_models`` and
+``bench_layers`` time it as a peer, with its output bound once and PyTorch's export of the
+model).
 
 Models: ``block`` (the residual block of ``tvm_fuse.onnx_example`` at 64 channels on 56x56),
 ``resnet18``, ``resnet50`` (BatchNorm kept) and ``layer:NAME``, a conv -> BatchNorm -> ReLU of
@@ -26,6 +31,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,6 +48,7 @@ RELAY, RELAX, ORT = "tvm_fuse (relay)", "tvm_fuse.relax", "onnxruntime"
 
 MODELS = ONNX_MODELS
 DEFAULT_MODELS = ("resnet18", "layer:l1", "layer:l4", "layer:seed")
+DEFAULT_PROCESSES = 3
 
 
 class WorkerRunner(common.Runner):
@@ -81,12 +88,9 @@ def _ort_runner(model: Path, x: np.ndarray) -> common.Runner:
     return common.CallableRunner(lambda: session.run(None, {name: x})[0])
 
 
-def bench_model(name: str, pythons: dict, cfg, folder: Path) -> dict:
-    model = Path(MODELS[name](folder / f"{name.replace(':', '_')}.onnx"))
-    import onnx  # pylint: disable=import-outside-toplevel
-
-    dims = onnx.load(model).graph.input[0].type.tensor_type.shape.dim
-    x = np.random.default_rng(0).standard_normal([d.dim_value for d in dims]).astype("float32")
+def _one_process(model: Path, x: np.ndarray, pythons: dict, cfg, folder: Path) -> dict:
+    """One draw: a fresh worker per backend, checked against and timed in turns with ONNX
+    Runtime; the workers' build facts go into their results' ``extra``."""
     x_path = folder / "x.npy"
     np.save(x_path, x)
     workers = {}
@@ -109,10 +113,47 @@ def bench_model(name: str, pythons: dict, cfg, folder: Path) -> dict:
             compile_s=runner.ready["build_s"], backend=runner.ready["backend"],
             cpu=runner.ready["cpu"],
         )
+    return results
+
+
+def _pooled(draws: list) -> common.Result:
+    """One implementation's results of several processes as one: the rounds of all, the median
+    compile time, the worst check; each process's median time and compile time kept."""
+    timed = [r for r in draws if r.timing]
+    pooled = common.Result(draws[0].name, extra=dict(draws[0].extra))
+    pooled.error = next((r.error for r in draws if r.error), None)
+    checks = [r.check for r in draws if r.check]
+    if checks:
+        pooled.check = next((c for c in checks if not c.get("ok")), None) or max(
+            checks, key=lambda c: c.get("max_abs_err", 0.0))
+    if timed:
+        pooled.timing = common.Timing([ms for r in timed for ms in r.timing.runs_ms],
+                                      timed[0].timing.number)
+        pooled.extra["process_ms"] = [r.timing.median_ms for r in timed]
+    compiles = [r.extra["compile_s"] for r in draws if "compile_s" in r.extra]
+    if compiles:
+        pooled.extra.update(compile_s=statistics.median(compiles), process_compile_s=compiles)
+    return pooled
+
+
+def bench_model(name: str, pythons: dict, cfg, folder: Path, processes: int) -> dict:
+    model = Path(MODELS[name](folder / f"{name.replace(':', '_')}.onnx"))
+    import onnx  # pylint: disable=import-outside-toplevel
+
+    dims = onnx.load(model).graph.input[0].type.tensor_type.shape.dim
+    x = np.random.default_rng(0).standard_normal([d.dim_value for d in dims]).astype("float32")
+    draws = []
+    for index in range(processes):
+        print(f" process {index + 1} of {processes}", flush=True)
+        draws.append(_one_process(model, x, pythons, cfg, folder))
+    results = {label: _pooled([d[label] for d in draws]) for label in draws[0]}
     relay, relax = results[RELAY], results[RELAX]
     ratios = {
         "relax/relay time": common.ratio(relax.ms, relay.ms),
         "relax/relay time per round": common.paired_ratio(relax.timing, relay.timing),
+        "relax/relay time per process": [
+            common.paired_ratio(d[RELAX].timing, d[RELAY].timing) for d in draws
+        ],
         "relax/relay compile": common.ratio(
             relax.extra.get("compile_s"), relay.extra.get("compile_s")
         ),
@@ -122,7 +163,7 @@ def bench_model(name: str, pythons: dict, cfg, folder: Path) -> dict:
     return {
         "results": {n: r.to_dict() for n, r in results.items()},
         "ratios": ratios,
-        "ok": common.all_checks_ok(results),
+        "ok": all(common.all_checks_ok(d) for d in draws),
     }
 
 
@@ -134,7 +175,10 @@ def main(argv=None) -> int:
                         help=f"comma-separated names of {', '.join(MODELS)}")
     parser.add_argument("--quick", action="store_true", help="few short repeats")
     parser.add_argument("--rounds", type=int, metavar="N",
-                        help=f"timing rounds (default {common.FULL.repeat})")
+                        help=f"timing rounds per process (default {common.FULL.repeat} / P)")
+    parser.add_argument("--processes", type=int, default=DEFAULT_PROCESSES, metavar="P",
+                        help=f"fresh pairs of workers, one after the other, whose rounds are "
+                             f"pooled (default {DEFAULT_PROCESSES})")
     common.add_output_options(parser, "backends")
     args = parser.parse_args(argv)
     names = common.select(parser, args.models, MODELS)
@@ -144,14 +188,16 @@ def main(argv=None) -> int:
     pythons = {RELAY: sys.executable, RELAX: args.relax_python}
     if args.rounds is not None and args.rounds < 1:
         parser.error(f"--rounds {args.rounds}: give at least 1 round")
+    if args.processes < 1:
+        parser.error(f"--processes {args.processes}: give at least 1 process")
     cfg = common.QUICK if args.quick else common.FULL
-    if args.rounds is not None:
-        cfg = dataclasses.replace(cfg, repeat=args.rounds)
+    rounds = args.rounds or max(1, -(-cfg.repeat // args.processes))
+    cfg = dataclasses.replace(cfg, repeat=rounds)
     records, rows = {}, []
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             print(f"{name}:", flush=True)
-            record = records[name] = bench_model(name, pythons, cfg, Path(tmp))
+            record = records[name] = bench_model(name, pythons, cfg, Path(tmp), args.processes)
             res, ratios = record["results"], record["ratios"]
             rows.append([
                 name, res[RELAY]["ms"], res[RELAX]["ms"],
@@ -167,7 +213,8 @@ def main(argv=None) -> int:
         rows,
         title=f"\ntvm_fuse's backends, batch 1, fp32, {common.THREADS} threads, {machine['cpu']}",
     )
-    payload = {"machine": machine, "timing": vars(cfg), "models": records,
+    payload = {"machine": machine, "timing": {**vars(cfg), "processes": args.processes},
+               "models": records,
                "ok": all(r["ok"] for r in records.values())}
     return common.finish(payload, common.json_path(args))
 

@@ -139,8 +139,9 @@ def test_winograd_bench_takes_the_layers_winograd_applies_to():
 
 
 def test_backends_bench_runs_each_backend_in_a_process_of_its_own(tmp_path, monkeypatch):
-    """``bench_backends`` with this interpreter standing in for the Relax venv's: both workers
-    build the model, answer timing requests and match ONNX Runtime; the JSON has both."""
+    """``bench_backends`` with this interpreter standing in for the Relax venv's: in each of two
+    draws, fresh workers build the model, answer timing requests and match ONNX Runtime; the
+    JSON pools both draws' rounds and keeps each draw's median."""
     pytest.importorskip("onnxruntime")
     from tvm_fuse import onnx_example  # pylint: disable=import-outside-toplevel
     from tvm_fuse.bench import bench_backends  # pylint: disable=import-outside-toplevel
@@ -148,23 +149,31 @@ def test_backends_bench_runs_each_backend_in_a_process_of_its_own(tmp_path, monk
     tiny = lambda path: onnx_example.conv_bn_act(path, (1, 16, 8, 8), 16, 3, 1, 1)  # noqa: E731
     monkeypatch.setitem(bench_backends.MODELS, "tiny", tiny)
     path = tmp_path / "backends.json"
-    argv = ["--relax-python", sys.executable, "--models", "tiny", "--quick", "--rounds", "4",
-            "--json", str(path)]
+    argv = ["--relax-python", sys.executable, "--models", "tiny", "--quick", "--rounds", "3",
+            "--processes", "2", "--json", str(path)]
     assert bench_backends.main(argv) == 0
-    record = json.loads(path.read_text())["models"]["tiny"]
+    payload = json.loads(path.read_text())
+    assert payload["timing"]["repeat"] == 3 and payload["timing"]["processes"] == 2
+    record = payload["models"]["tiny"]
     assert record["ok"]
     for label in (bench_backends.RELAY, bench_backends.RELAX):
         result = record["results"][label]
         assert result["check"]["ok"] and result["check"]["max_abs_err"] <= 1e-4 * result[
             "check"]["max_abs_ref"]
-        assert result["backend"] == "relay" and result["compile_s"] > 0
-        assert len(result["runs_ms"]) == 4 and min(result["runs_ms"]) > 0
+        assert result["backend"] == "relay" and len(result["process_compile_s"]) == 2
+        assert result["compile_s"] == pytest.approx(sum(result["process_compile_s"]) / 2)
+        runs = result["runs_ms"]
+        assert len(runs) == 6 and min(runs) > 0
+        assert result["process_ms"] == [sorted(runs[:3])[1], sorted(runs[3:])[1]]
     assert record["ratios"]["relax/relay time"] > 0
     relax, relay = (record["results"][label]["runs_ms"] for label in (bench_backends.RELAX,
                                                                      bench_backends.RELAY))
     per_round = sorted(a / b for a, b in zip(relax, relay))
     assert record["ratios"]["relax/relay time per round"] == pytest.approx(
-        (per_round[1] + per_round[2]) / 2)
+        (per_round[2] + per_round[3]) / 2)
+    per_process = record["ratios"]["relax/relay time per process"]
+    assert per_process == pytest.approx(
+        [sorted(a / b for a, b in zip(relax[i:i + 3], relay[i:i + 3]))[1] for i in (0, 3)])
 
 
 def test_paired_ratio_is_the_median_of_the_ratios_within_a_round():
@@ -183,13 +192,16 @@ def test_backends_bench_names_a_missing_relax_python(capsys):
     assert "--relax-python /nonexistent/bin/python: no such file" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("rounds", ["0", "-1"])
-def test_backends_bench_refuses_fewer_than_one_round(capsys, rounds):
+@pytest.mark.parametrize("option, value, message", [
+    ("--rounds", "0", "give at least 1 round"), ("--rounds", "-1", "give at least 1 round"),
+    ("--processes", "0", "give at least 1 process"),
+])
+def test_backends_bench_refuses_fewer_than_one_round_or_process(capsys, option, value, message):
     from tvm_fuse.bench import bench_backends  # pylint: disable=import-outside-toplevel
 
     with pytest.raises(SystemExit):
-        bench_backends.main(["--relax-python", sys.executable, "--rounds", rounds])
-    assert f"--rounds {rounds}: give at least 1 round" in capsys.readouterr().err
+        bench_backends.main(["--relax-python", sys.executable, option, value])
+    assert f"{option} {value}: {message}" in capsys.readouterr().err
 
 
 def test_settle_waits_for_a_spinning_thread_to_stop():
