@@ -29,6 +29,14 @@ base model (7 x 4 is slower than the base choice on the 14x14 map). AVX2 does no
 on Zen 3 a tile streaming its weight slice from L2 still runs near the peak (l3, 295 KB a tile)
 while a tile one register over its 16 costs spills (7 x 2: 40 % slower than 6 x 2); what it
 needs is that the slice stays within L2 (:func:`weights_fit_l2`).
+
+AMD's AVX-512 cores (Zen 4, measured on 2 znver4 cores) do not use the L2 weight model either:
+there the base model's 4 x 4 was the fastest of 7 x 4, 6 x 4, 5 x 4, 4 x 4, 7 x 2 and 14 x 2 on
+five layers (the stride-2 3x3 seed and four ResNet-50 1x1 convs, AutoTVM's timer, two rounds),
+and the model's 7 x 4 ran 3x slower than 4 x 4 on the 1x1 convs with Ci >= 128: for znver4 LLVM
+unrolls the reduction loop twice and keeps all 28 accumulators on the stack (124 stack moves in
+the kernel against 13 for rocketlake, which does not unroll it). Which kind of core it is, is
+read from the host (:func:`host_is_amd`), as the cache sizes are.
 This module is plain Python: it knows nothing of TE.
 """
 
@@ -87,6 +95,20 @@ def host_l2_bytes() -> int:
 
 
 
+@functools.lru_cache(maxsize=None)
+def host_is_amd() -> bool:
+    """Whether this machine's CPU is AMD's (``vendor_id`` of /proc/cpuinfo); False where unknown."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return False
+    return any(
+        line.split(":", 1)[-1].strip() == "AuthenticAMD"
+        for line in text.splitlines()
+        if line.startswith("vendor_id")
+    )
+
+
 #: Below this many output values per core the fast kernel's launch and packing do not pay.
 MIN_OUTPUTS_PER_CORE = 64
 
@@ -143,9 +165,10 @@ def holds_broadcasts(owb: int, ocb: int) -> bool:
 
 
 def machine_for(lanes: int) -> Machine:
-    """The x86 machine of a SIMD width: AVX-512 has 32 vector registers, AVX2/SSE 16."""
+    """The x86 machine of a SIMD width: AVX-512 has 32 vector registers, AVX2/SSE 16; the L2
+    weight model is for AVX-512 cores that are not AMD's (see the module's docstring)."""
     if lanes >= 16:
-        return Machine(lanes=lanes, vregs=32, l2_weight_model=True)
+        return Machine(lanes=lanes, vregs=32, l2_weight_model=not host_is_amd())
     return Machine(lanes=lanes, vregs=16, weights_fit_l2=True, flat_gain=AVX2_FLAT_GAIN)
 
 

@@ -97,8 +97,21 @@ def test_avx512_weights_that_fit_l1_keep_the_base_tile():
 
 
 def test_avx2_and_the_host_l1():
-    assert not tiling.machine_for(8).l2_weight_model and tiling.machine_for(16).l2_weight_model
+    assert not tiling.machine_for(8).l2_weight_model
     assert tiling.host_l1d_bytes() >= 16 * 1024
+
+
+@pytest.mark.parametrize("amd", [False, True])
+def test_the_l2_weight_model_is_for_avx512_cores_that_are_not_amds(amd, monkeypatch):
+    monkeypatch.setattr(tiling, "host_is_amd", lambda: amd)
+    assert tiling.machine_for(16).l2_weight_model is not amd
+    assert not tiling.machine_for(8).l2_weight_model
+
+
+def test_host_vendor_is_read_from_cpuinfo():
+    with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+        vendors = {line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("vendor_id")}
+    assert tiling.host_is_amd() is (vendors == {"AuthenticAMD"})
 
 
 def avx2_with_l2(l2_bytes):
@@ -123,7 +136,8 @@ def test_avx2_flat_margin_needs_the_output_in_l2():
 
 # -- the template's fallback config: the model's tiles, through the spec ------------------------
 #: (owb, ocb, flat, Ci block) the template chooses for the layer benchmark's layers (L1d 32 KiB,
-#: L2 512 KiB); a change here changes speed.
+#: L2 512 KiB) by SIMD lanes and the host's vendor (AMD's AVX-512 cores: no L2 weight model); a
+#: change here changes speed.
 LAYER_TILES = {
     ("stem", 8): (3, 4, 0, 3),
     ("l1", 8): (3, 4, 0, 64),
@@ -139,14 +153,26 @@ LAYER_TILES = {
     ("l3", 16): (6, 4, 1, 256),
     ("l4", 16): (5, 4, 1, 512),
     ("down", 16): (4, 4, 0, 64),
+    ("stem", "zen4"): (6, 4, 0, 3),
+    ("l1", "zen4"): (4, 4, 0, 64),
+    ("seed", "zen4"): (4, 4, 0, 64),
+    ("l2", "zen4"): (4, 4, 0, 128),
+    ("l3", "zen4"): (6, 4, 1, 256),
+    ("l4", "zen4"): (5, 4, 1, 512),
+    ("down", "zen4"): (4, 4, 0, 64),
 }
-TARGETS = {8: "llvm -mcpu=znver3", 16: "llvm -mcpu=skylake-avx512"}
+#: The target of each column, and whether its host is AMD's.
+TARGETS = {8: ("llvm -mcpu=znver3", True), 16: ("llvm -mcpu=skylake-avx512", False),
+           "zen4": ("llvm -mcpu=znver4", True)}
 
 
 @pytest.mark.parametrize(
-    "layer, lanes", LAYER_TILES.keys(), ids=[f"{n}-{l}" for n, l in LAYER_TILES]
+    "layer, column", LAYER_TILES.keys(), ids=[f"{n}-{c}" for n, c in LAYER_TILES]
 )
-def test_template_fallback_is_the_tile_model_for_the_benchmark_layers(layer, lanes, monkeypatch):
+def test_template_fallback_is_the_tile_model_for_the_benchmark_layers(layer, column, monkeypatch):
+    target_name, amd = TARGETS[column]
+    monkeypatch.setattr(tiling, "host_is_amd", lambda: amd)
+    lanes = 16 if column == "zen4" else column
     base_machine = tiling.machine_for
     caches = dict(l1_bytes=32 * 1024, l2_bytes=512 * 1024)
     monkeypatch.setattr(
@@ -165,12 +191,12 @@ def test_template_fallback_is_the_tile_model_for_the_benchmark_layers(layer, lan
     )
     weight = te.placeholder((layer.kernel, layer.kernel, layer.cin, layer.cout), name="w")
     args = fast.workload_args(spec, data, weight, bias, None)
-    target = tvm.target.Target(TARGETS[lanes])
+    target = tvm.target.Target(target_name)
     task = autotvm.task.create(fast.NAME, autotvm.task.serialize_args(args), target)
     config = autotvm.task.space.FallbackConfigEntity()
     with target:
         task.instantiate(config)
     chosen = (config["owb"].val, config["ocb"].val, config["flat"].val, config["tile_ic"].size[-1])
-    assert chosen == LAYER_TILES[layer.name, lanes]
+    assert chosen == LAYER_TILES[layer.name, column]
     assert (config["pad_at_row"].val, config["ic_outside"].val) == (int(not chosen[2]), 0)
     assert config["vec_outer"].val == int(chosen[0] < chosen[1])  # holds the fewer operands
