@@ -136,6 +136,7 @@ class Machine:
     """What the model needs to know of the target."""
 
     lanes: int = 8  # fp32 SIMD lanes (VL)
+    fma_lanes: int = 8  # fp32 lanes an FMA pipe retires per cycle (AMD's AVX-512: 8, see below)
     vregs: int = 16  # vector registers
     fma_in_flight: int = 10  # FMA latency x FMA ports (4 x 2 on Zen 3/4), plus slack
     l2_weight_model: bool = False  # choose Wo tiles by the L2 weight model (AVX-512)
@@ -166,10 +167,18 @@ def holds_broadcasts(owb: int, ocb: int) -> bool:
 
 def machine_for(lanes: int) -> Machine:
     """The x86 machine of a SIMD width: AVX-512 has 32 vector registers, AVX2/SSE 16; the L2
-    weight model is for AVX-512 cores that are not AMD's (see the module's docstring)."""
+    weight model is for AVX-512 cores that are not AMD's (see the module's docstring). AMD's
+    AVX-512 cores split each 512-bit FMA into two 256-bit halves, so they retire 8 lanes per
+    pipe and cycle as with AVX2 (the FMA peak of 2 znver4 cores measured 227 GFLOP/s, 2 znver3
+    cores 203)."""
     if lanes >= 16:
-        return Machine(lanes=lanes, vregs=32, l2_weight_model=not host_is_amd())
-    return Machine(lanes=lanes, vregs=16, weights_fit_l2=True, flat_gain=AVX2_FLAT_GAIN)
+        amd = host_is_amd()
+        return Machine(
+            lanes=lanes, fma_lanes=8 if amd else lanes, vregs=32, l2_weight_model=not amd
+        )
+    return Machine(
+        lanes=lanes, fma_lanes=lanes, vregs=16, weights_fit_l2=True, flat_gain=AVX2_FLAT_GAIN
+    )
 
 
 def tile_score(machine: Machine, owb: int, ocb: int, wo: int, weight_cost: float = 1) -> float:

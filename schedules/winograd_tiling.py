@@ -72,7 +72,8 @@ def chunk_and_tile_co(co_vectors: int, co_chunks: int, tile_co: int) -> tuple[in
 
 # -- which algorithm: the cost model the graph half asks ------------------------------------------
 #: Multiply-adds per ns that both kernels' inner loops reach with 8 lanes (one Zen 3 core,
-#: measured: about 70 GFLOP/s direct; Winograd's GEMM alike), assumed to scale with the lanes.
+#: measured: about 70 GFLOP/s direct; Winograd's GEMM alike), assumed to scale with the lanes
+#: an FMA pipe retires per cycle (``tiling.Machine.fma_lanes``).
 #: Only ratios of costs matter.
 MACS_PER_NS = 35.0
 #: Bytes per ns at which a kernel streams a weight too large to stay in cache (Zen 3, fitted to
@@ -81,9 +82,10 @@ WEIGHT_BYTES_PER_NS = 22.0
 #: ns per transformed value (input and output transforms: per tile, point and channel).
 TRANSFORM_NS = 0.25
 #: How much faster (estimated) Winograd must be to be chosen: the model is rough. It estimates
-#: F(2x2) on 7x7x512 at 1.19x the direct kernel on AVX2 (0.98x on AVX-512); on Zen 3 that layer
-#: measured 1.15x with its weights flushed from cache (1.3x warm) and ResNet-18 ran ~6 % faster
-#: with it, so AVX2 takes F(2x2) there and AVX-512 does not.
+#: F(2x2) on 7x7x512 at 1.19x the direct kernel on AVX2 and on AMD's AVX-512 (0.98x on Intel's);
+#: on Zen 3 that layer measured 1.15x with its weights flushed from cache (1.3x warm) and
+#: ResNet-18 ran ~6 % faster with it, so AVX2 takes F(2x2) there and Intel's AVX-512 does not.
+#: On Zen 4 it measured 1.41x (warm, ``bench_winograd``).
 MIN_GAIN = 1.15
 #: The tile sizes the kernel supports.
 TILES = (2, 4)
@@ -99,7 +101,7 @@ def estimated_ns(
     small maps with many channels the larger Winograd weight is what costs). Fitted to CPU
     times of the layer benchmark's 3x3 layers on Zen 3 (one thread: each within ~20 %)."""
     co_pad = -(-co // lanes) * lanes
-    macs_per_ns = MACS_PER_NS * lanes / 8 * cores
+    macs_per_ns = MACS_PER_NS * tiling.machine_for(lanes).fma_lanes / 8 * cores
     if m == 0:
         macs, weight_bytes, transformed = n * ho * wo * ci * co * 9, 9 * ci * co_pad * 4, 0
     else:

@@ -17,7 +17,7 @@ import tvm
 from test_kernel import host_target, reference
 from tvm import autotvm, relay, te
 
-from tvm_fuse.schedules import winograd, winograd_tiling
+from tvm_fuse.schedules import tiling, winograd, winograd_tiling
 from tvm_fuse.spec import KernelSpec
 from tvm_fuse.schedules import winograd_weights as weights
 
@@ -177,17 +177,19 @@ def test_plan_blocks_small_maps_along_co():
 
 
 @pytest.mark.parametrize(
-    "hw, channels, lanes, want",
+    "hw, channels, lanes, amd, want",
     [
-        (56, 64, 8, 4),
-        (28, 128, 8, 4),
-        (14, 256, 8, 2),
-        (7, 512, 8, 2),  # the F(4x4) weight (4x the direct one) costs too much to stream
-        (7, 512, 16, 0),  # with 16 lanes the direct kernel is twice as fast: no Winograd
-        (56, 3, 8, 0),  # too few channels for the transforms to pay
+        (56, 64, 8, True, 4),
+        (28, 128, 8, True, 4),
+        (14, 256, 8, True, 2),
+        (7, 512, 8, True, 2),  # the F(4x4) weight (4x the direct one) costs too much to stream
+        (7, 512, 16, False, 0),  # Intel's AVX-512 direct kernel is twice as fast: no Winograd
+        (7, 512, 16, True, 2),  # AMD's retires 8 lanes per FMA pipe, as AVX2 does
+        (56, 3, 8, True, 0),  # too few channels for the transforms to pay
     ],
 )
-def test_cost_model_choices_on_resnet_shapes(hw, channels, lanes, want):
+def test_cost_model_choices_on_resnet_shapes(hw, channels, lanes, amd, want, monkeypatch):
+    monkeypatch.setattr(tiling, "host_is_amd", lambda: amd)
     got = winograd_tiling.choose_winograd_tile(1, hw, hw, channels, channels, lanes)
     assert got == want
 
