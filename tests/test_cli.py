@@ -17,11 +17,12 @@ import pytest
 from tvm.driver.tvmc import frontends, runner
 from tvm.driver.tvmc.model import TVMCPackage
 
-from tvm_fuse import cli, describe, onnx_example, optimize, testing
+from tvm_fuse import cli, describe, onnx_compat, onnx_example, optimize, testing
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
+    onnx_compat.install()  # the references load the models with stock tvmc's frontends
     root = tmp_path_factory.mktemp("cli")
     (root / "notes.txt").write_text("not a model\n")
     (root / "garbage.onnx").write_bytes(b"\x08\x07 this is not protobuf \xff\xfe")
