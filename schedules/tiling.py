@@ -30,12 +30,13 @@ on Zen 3 a tile streaming its weight slice from L2 still runs near the peak (l3,
 while a tile one register over its 16 costs spills (7 x 2: 40 % slower than 6 x 2); what it
 needs is that the slice stays within L2 (:func:`weights_fit_l2`).
 
-AMD's AVX-512 cores (Zen 4, measured on 2 znver4 cores) do not use the L2 weight model either:
-there the base model's 4 x 4 was the fastest of 7 x 4, 6 x 4, 5 x 4, 4 x 4, 7 x 2 and 14 x 2 on
-five layers (the stride-2 3x3 seed and four ResNet-50 1x1 convs, AutoTVM's timer, two rounds),
-and the model's 7 x 4 ran 3x slower than 4 x 4 on the 1x1 convs with Ci >= 128: for znver4 LLVM
-unrolls the reduction loop twice and keeps all 28 accumulators on the stack (124 stack moves in
-the kernel against 13 for rocketlake, which does not unroll it). Which kind of core it is, is
+AMD's AVX-512 cores (Zen 4, measured on 2 znver4 cores) do not use the L2 weight model either.
+Timed with AutoTVM's measure (two rounds) against 6 x 4, 5 x 4, 4 x 4, 7 x 2 and 14 x 2, its
+7 x 4 ran 2.9-4.1x slower than 4 x 4 on four ResNet-50 1x1 convs with Ci >= 128, and on the
+layers where the two models differ (seed, the 1x1 512->128 at 28x28, r50_reduce, stem) the base
+model's tile was as fast or faster: for znver4 LLVM unrolls the reduction loop twice and keeps
+all 28 accumulators on the stack (124 stack moves in the kernel against 13 for rocketlake,
+which does not unroll it). Which kind of core it is, is
 read from the host (:func:`host_is_amd`), as the cache sizes are.
 This module is plain Python: it knows nothing of TE.
 """
