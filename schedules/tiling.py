@@ -36,8 +36,8 @@ Timed with AutoTVM's measure (two rounds) against 6 x 4, 5 x 4, 4 x 4, 7 x 2 and
 layers where the two models differ (seed, the 1x1 512->128 at 28x28, r50_reduce, stem) the base
 model's tile was as fast or faster: for znver4 LLVM unrolls the reduction loop twice and keeps
 all 28 accumulators on the stack (124 stack moves in the kernel against 13 for rocketlake,
-which does not unroll it). Which kind of core it is, is
-read from the host (:func:`host_is_amd`), as the cache sizes are.
+which does not unroll it). Which kind of core it is, is read from the host
+(:func:`host_is_amd`), as the cache sizes are.
 This module is plain Python: it knows nothing of TE.
 """
 
@@ -93,7 +93,6 @@ def host_l1d_bytes() -> int:
 def host_l2_bytes() -> int:
     """The host's L2 cache (per core), else ``DEFAULT_L2_BYTES``."""
     return host_cache_bytes(2, DEFAULT_L2_BYTES)
-
 
 
 @functools.lru_cache(maxsize=None)

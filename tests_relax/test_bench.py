@@ -20,7 +20,6 @@ def test_each_timed_run_waits_for_idle_cpus(tmp_path, monkeypatch):
     assert result["max_rel_error"] <= 1e-4  # tvm_fuse agrees with stock Relax
 
 
-
 def test_the_header_names_the_threads_the_runtime_uses(tmp_path, monkeypatch, capsys):
     """Not ``TVM_NUM_THREADS``: unset, TVM starts half the logical CPUs on x86 (one on a
     two-vCPU machine), so the header and the JSON report what the runtime runs on."""
