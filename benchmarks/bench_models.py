@@ -28,7 +28,7 @@ import sys
 import tempfile
 from dataclasses import asdict
 
-from tvm_fuse.bench import common, peers  # noqa: E402  (common first: thread env)
+from tvm_fuse.bench import common, fma_peak, peers  # noqa: E402  (common first: thread env)
 
 import numpy as np  # noqa: E402
 import tvm  # noqa: E402
@@ -184,9 +184,14 @@ def reference_f64(num_layers: int, params: dict, data: np.ndarray, target) -> np
     return common.TvmRunner(lib, {"data": data.astype("float64")}).output().astype("float64")
 
 
-def profile(mod, params, data, target, top: int) -> list[dict]:
-    """The ``top`` slowest kernels of ``tvm_fuse.build`` by TVM's debug executor: node name,
-    output shape, median ms and share of the summed kernel time."""
+def profile(mod, params, data, target, top: int, peak_gflops: float | None = None) -> dict:
+    """tvm_fuse's kernels timed one by one by TVM's debug executor (weights warm in cache).
+
+    ``kernels``: the ``top`` slowest, each with its node name, output shape, median ms and share
+    of the summed kernel time; a fused conv also with its algorithm and GFLOP (multiply-adds
+    of the direct conv, counted twice, as for every algorithm) and, given the FMA peak
+    ``peak_gflops``, its % of that peak. ``by_algorithm``: every kernel's time summed by
+    algorithm (``kernel_summary``)."""
     lib = tvm_fuse.build(mod, params=params, target=target)
     graph_json = lib.get_graph_json()
     with tempfile.TemporaryDirectory() as tmp:
@@ -194,24 +199,84 @@ def profile(mod, params, data, target, top: int) -> list[dict]:
         dbg.set_input(**lib.get_params())
         dbg.set_input("data", data)
         times = dbg.run_individual(number=5, repeat=3, min_repeat_ms=50)
+    specs = _specs_by_shapes(tvm_fuse.describe(tvm_fuse.optimize(mod, params, target)))
     graph = json.loads(graph_json)
     shapes, first_entry = graph["attrs"]["shape"][1], graph["node_row_ptr"]
-    kernels = [
-        {"node": node["name"], "shape": shapes[first_entry[i]], "ms": float(np.median(runs)) * 1e3}
-        for i, (node, runs) in enumerate(zip(graph["nodes"], times))
-        if node["op"] == "tvm_op"
-    ]
+    kernels = []
+    for i, (node, runs) in enumerate(zip(graph["nodes"], times)):
+        if node["op"] != "tvm_op":
+            continue
+        inputs = [shapes[first_entry[entry[0]] + entry[1]] for entry in node["inputs"]]
+        out = shapes[first_entry[i]]
+        kernel = {"node": node["name"], "shape": out, "ms": float(np.median(runs)) * 1e3}
+        spec = specs.get(_shape_key(inputs[:2], out))
+        if spec is not None:
+            kernel.update(algorithm=spec.algorithm_name, gflop=spec.flops / 1e9)
+            kernel["pct_peak"] = _pct_of_peak(kernel["gflop"], kernel["ms"], peak_gflops)
+        kernels.append(kernel)
     total = sum(k["ms"] for k in kernels)
     for kernel in kernels:
         kernel["share"] = kernel["ms"] / total
-    return sorted(kernels, key=lambda k: -k["ms"])[:top]
+    kernels.sort(key=lambda k: -k["ms"])
+    return {"kernels": kernels[:top], "by_algorithm": kernel_summary(kernels, peak_gflops)}
+
+
+def _shape_key(inputs, out) -> tuple:
+    return tuple(tuple(shape) for shape in (*inputs, out))
+
+
+def _specs_by_shapes(specs) -> dict:
+    """KernelSpecs by (data, packed weight, output) shapes: a graph node's first two inputs and
+    its output. Specs that share the key share the conv (and so its algorithm and FLOPs)."""
+    return {_shape_key((s.data.shape, s.weight.shape), s.out.shape): s for s in specs}
+
+
+def _pct_of_peak(gflop: float, ms: float, peak_gflops: float | None) -> float | None:
+    return 100 * gflop / (ms * 1e-3) / peak_gflops if peak_gflops else None
+
+
+def kernel_summary(kernels: list[dict], peak_gflops: float | None) -> list[dict]:
+    """The kernels' time by algorithm ("other": the kernels that are no fused conv): calls, ms,
+    share, GFLOP, % of the FMA peak, and ``ms_at_peak``, what the convs would take at the peak.
+    A Winograd conv does fewer multiply-adds than it is credited with, so it can pass 100 %;
+    the direct convs' ``ms_at_peak`` is as fast as they can get without fewer FLOPs."""
+    total = sum(k["ms"] for k in kernels)
+    groups: dict = {}
+    for kernel in kernels:
+        group = groups.setdefault(kernel.get("algorithm", "other"), [0, 0.0, 0.0])
+        group[0] += 1
+        group[1] += kernel["ms"]
+        group[2] += kernel.get("gflop", 0.0)
+    rows = []
+    for algorithm, (calls, ms, gflop) in sorted(groups.items(), key=lambda kv: -kv[1][1]):
+        has_flops = algorithm != "other"
+        at_peak = gflop / peak_gflops * 1e3 if has_flops and peak_gflops else None
+        rows.append(
+            {
+                "algorithm": algorithm,
+                "calls": calls,
+                "ms": ms,
+                "share": ms / total,
+                "gflop": gflop if has_flops else None,
+                "pct_peak": _pct_of_peak(gflop, ms, peak_gflops) if has_flops else None,
+                "ms_at_peak": at_peak,
+            }
+        )
+    return rows
 
 
 def bench_model(
-    name: str, target, cfg: common.TimingConfig, impls=IMPLS, top: int = 0, exact: bool = True
+    name: str,
+    target,
+    cfg: common.TimingConfig,
+    impls=IMPLS,
+    top: int = 0,
+    exact: bool = True,
+    peak_gflops: float | None = None,
 ) -> dict:
-    """Time ``impls`` on one model; ``top`` > 0 adds tvm_fuse's slowest kernels; ``exact``
-    measures every output's error against the float64 network (one more build)."""
+    """Time ``impls`` on one model; ``top`` > 0 adds tvm_fuse's kernel profile (``profile``,
+    its % of ``peak_gflops``); ``exact`` measures every output's error against the float64
+    network (one more build)."""
     num_layers = MODELS[name]
     mod, params = models.zoo_workload(name)  # relay.testing's, BN statistics redrawn
     data = np.random.default_rng(1).standard_normal(INPUT_SHAPE).astype("float32")
@@ -228,7 +293,7 @@ def bench_model(
     record["fused_kernels"] = _or_error("describe", lambda: fused_kernels(mod, params))
     if top:
         record["profile_tvm_fuse"] = _or_error(
-            "profile", lambda: profile(mod, params, data, target, top)
+            "profile", lambda: profile(mod, params, data, target, top, peak_gflops)
         )
     return record
 
@@ -271,11 +336,33 @@ def print_report(records: list[dict]) -> None:
         title="\nratios of tvm_fuse's time (< 1: tvm_fuse faster); fused kernels",
     )
     for rec in records:
-        for k in rec.get("profile_tvm_fuse") or []:
-            if "node" in k:
-                shape = "x".join(map(str, k["shape"]))
-                share = f"{k['share']:6.1%}"
-                print(f"  {rec['model']} {k['ms']:8.3f} ms {share} {shape:>16} {k['node']}")
+        if "kernels" in (rec.get("profile_tvm_fuse") or {}):
+            print_profile(rec["model"], rec["profile_tvm_fuse"])
+
+
+def print_profile(model: str, prof: dict) -> None:
+    """The kernel time by algorithm, with what the convs would take at the FMA peak, then the
+    slowest kernels."""
+    rows = [
+        [r["algorithm"], r["calls"], r["ms"], f"{r['share']:.1%}", r["gflop"], r["pct_peak"]]
+        + [r["ms_at_peak"]]
+        for r in prof["by_algorithm"]
+    ]
+    common.print_table(
+        ["algorithm", "calls", "ms", "share", "GFLOP", "% peak", "ms at peak"],
+        rows,
+        title=f"\n{model}: tvm_fuse's kernels one by one (debug executor, warm), by algorithm",
+    )
+    rows = [
+        [k["ms"], f"{k['share']:.1%}", "x".join(map(str, k["shape"]))]
+        + [k.get("algorithm", ""), k.get("pct_peak"), k["node"]]
+        for k in prof["kernels"]
+    ]
+    common.print_table(
+        ["ms", "share", "output", "algorithm", "% peak", "node"],
+        rows,
+        title=f"\n{model}: the slowest kernels",
+    )
 
 
 def main(argv=None) -> int:
@@ -288,7 +375,8 @@ def main(argv=None) -> int:
         type=int,
         default=0,
         metavar="N",
-        help="also print tvm_fuse's N slowest kernels (debug executor)",
+        help="also profile tvm_fuse's kernels: time and %% of the FMA peak by algorithm, "
+        "and the N slowest (debug executor)",
     )
     common.add_output_options(parser, "models")
     args = parser.parse_args(argv)
@@ -301,12 +389,19 @@ def main(argv=None) -> int:
         impls = tuple(name for name in impls if name != "tvm_nchwc")
     common.print_peer_notes(impls)
     common.warm_up_tvm(target)
+    peak = fma_peak.fma_peak(target, quick=args.quick) if args.profile else None
+    if peak:
+        fma_peak.print_peak(peak)
+    peak_gflops = peak["gflops_all"] if peak else None
     records = []
     for name in names:
         print(f"model {name}", flush=True)
-        records.append(bench_model(name, target, cfg, impls, args.profile, not args.quick))
+        exact = not args.quick
+        records.append(bench_model(name, target, cfg, impls, args.profile, exact, peak_gflops))
     print_report(records)
     payload = {"machine": common.machine_info(), "timing": asdict(cfg), "models": records}
+    if peak:
+        payload["fma_peak"] = peak
     payload["ok"] = all(rec["ok"] for rec in records)
     return common.finish(payload, common.json_path(args))
 

@@ -103,11 +103,14 @@ def test_fma_microkernel_is_fma_and_positive():
     assert result["fma_instructions"] >= accumulators  # every accumulator has its own FMA
 
 
-def test_model_profile_names_shapes_and_shares():
-    """``bench_models --profile``: the slowest kernels, each with its output shape and share."""
+def test_model_profile_names_shapes_shares_and_peak():
+    """``bench_models --profile``: the slowest kernels, each with its output shape and share,
+    the fused conv with its algorithm, FLOPs and % of the peak; the time by algorithm."""
     mod, params = examples.seed_example()
     data = np.random.default_rng(0).standard_normal((1, 64, 56, 56)).astype("float32")
-    kernels = bench_models.profile(mod, params, data, tvm_fuse.host_target(), top=10)
+    peak = 100.0  # GFLOP/s: any figure; the percentages are checked against it
+    prof = bench_models.profile(mod, params, data, tvm_fuse.host_target(), top=10, peak_gflops=peak)
+    kernels = prof["kernels"]
     # every kernel (entry transpose, fused conv, exit transpose), slowest first; which is the
     # slowest depends on the machine's load, so only the order and the shares are asserted
     assert len(kernels) == 3
@@ -117,6 +120,38 @@ def test_model_profile_names_shapes_and_shares():
     (conv,) = [k for k in kernels if "tvm_fuse_conv2d_nhwc_fused" in k["node"]]
     assert conv["shape"] == [1, 28, 28, 128]
     assert conv["share"] == pytest.approx(conv["ms"] / sum(k["ms"] for k in kernels))
+    # the seed conv: 64 -> 128 channels, 3x3 stride 2, to 28x28 (not Winograd: strided)
+    gflop = 2 * 28 * 28 * 128 * 64 * 9 / 1e9
+    assert conv["algorithm"] == "direct"
+    assert conv["gflop"] == pytest.approx(gflop)
+    assert conv["pct_peak"] == pytest.approx(100 * gflop / (conv["ms"] * 1e-3) / peak)
+    assert all("algorithm" not in k for k in kernels if k is not conv)  # the transposes
+    by_algorithm = {row["algorithm"]: row for row in prof["by_algorithm"]}
+    assert set(by_algorithm) == {"direct", "other"}
+    direct, other = by_algorithm["direct"], by_algorithm["other"]
+    assert (direct["calls"], other["calls"]) == (1, 2)
+    assert direct["ms"] == pytest.approx(conv["ms"])
+    assert other["ms"] == pytest.approx(sum(k["ms"] for k in kernels) - conv["ms"])
+    assert direct["ms_at_peak"] == pytest.approx(gflop / peak * 1e3)
+    assert other["gflop"] is None and other["ms_at_peak"] is None
+
+
+def test_kernel_summary_groups_by_algorithm_with_time_at_peak():
+    kernels = [
+        {"ms": 2.0, "algorithm": "direct", "gflop": 0.2},
+        {"ms": 1.0, "algorithm": "direct", "gflop": 0.1},
+        {"ms": 1.0, "algorithm": "winograd F(2x2)", "gflop": 0.2},
+        {"ms": 0.5},  # a transpose
+    ]
+    rows = bench_models.kernel_summary(kernels, peak_gflops=150.0)
+    assert [r["algorithm"] for r in rows] == ["direct", "winograd F(2x2)", "other"]  # by time
+    direct, winograd, other = rows
+    assert (direct["calls"], direct["ms"], direct["gflop"]) == (2, 3.0, pytest.approx(0.3))
+    assert direct["pct_peak"] == pytest.approx(100 * 0.3 / 3e-3 / 150)  # 66.7 %
+    assert direct["ms_at_peak"] == pytest.approx(2.0)
+    assert winograd["pct_peak"] == pytest.approx(100 * 0.2 / 1e-3 / 150)  # above 100: fewer MACs
+    assert other["share"] == pytest.approx(0.5 / 4.5)
+    assert bench_models.kernel_summary(kernels, None)[0]["ms_at_peak"] is None
 
 
 def test_a_bad_thread_count_is_one_line():
