@@ -227,7 +227,8 @@ def _shape_key(inputs, out) -> tuple:
 
 def _specs_by_shapes(specs) -> dict:
     """KernelSpecs by (data, packed weight, output) shapes: a graph node's first two inputs and
-    its output. Specs that share the key share the conv (and so its algorithm and FLOPs)."""
+    its output. Specs that share the key do the same FLOPs, and the packed weight's shape tells
+    a Winograd conv (alpha x alpha first) from a direct one."""
     return {_shape_key((s.data.shape, s.weight.shape), s.out.shape): s for s in specs}
 
 
