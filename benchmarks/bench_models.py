@@ -28,7 +28,7 @@ import sys
 import tempfile
 from dataclasses import asdict
 
-from tvm_fuse.bench import common, fma_peak, peers  # noqa: E402  (common first: thread env)
+from tvm_fuse.bench import common, fma_peak, kernel_profile, peers  # noqa: E402  (common first)
 
 import numpy as np  # noqa: E402
 import tvm  # noqa: E402
@@ -191,7 +191,7 @@ def profile(mod, params, data, target, top: int, peak_gflops: float | None = Non
     of the summed kernel time; a fused conv also with its algorithm and GFLOP (multiply-adds
     of the direct conv, counted twice, as for every algorithm) and, given the FMA peak
     ``peak_gflops``, its % of that peak. ``by_algorithm``: every kernel's time summed by
-    algorithm (``kernel_summary``)."""
+    algorithm (``kernel_profile.kernel_summary``)."""
     lib = tvm_fuse.build(mod, params=params, target=target)
     graph_json = lib.get_graph_json()
     with tempfile.TemporaryDirectory() as tmp:
@@ -212,13 +212,12 @@ def profile(mod, params, data, target, top: int, peak_gflops: float | None = Non
         spec = specs.get(_shape_key(inputs[:2], out))
         if spec is not None:
             kernel.update(algorithm=spec.algorithm_name, gflop=spec.flops / 1e9)
-            kernel["pct_peak"] = _pct_of_peak(kernel["gflop"], kernel["ms"], peak_gflops)
+            pct = kernel_profile.pct_of_peak(kernel["gflop"], kernel["ms"], peak_gflops)
+            kernel["pct_peak"] = pct
         kernels.append(kernel)
-    total = sum(k["ms"] for k in kernels)
-    for kernel in kernels:
-        kernel["share"] = kernel["ms"] / total
-    kernels.sort(key=lambda k: -k["ms"])
-    return {"kernels": kernels[:top], "by_algorithm": kernel_summary(kernels, peak_gflops)}
+    kernels = kernel_profile.with_shares(kernels)
+    summary = kernel_profile.kernel_summary(kernels, peak_gflops)
+    return {"kernels": kernels[:top], "by_algorithm": summary}
 
 
 def _shape_key(inputs, out) -> tuple:
@@ -230,40 +229,6 @@ def _specs_by_shapes(specs) -> dict:
     its output. Specs that share the key do the same FLOPs, and the packed weight's shape tells
     a Winograd conv (alpha x alpha first) from a direct one."""
     return {_shape_key((s.data.shape, s.weight.shape), s.out.shape): s for s in specs}
-
-
-def _pct_of_peak(gflop: float, ms: float, peak_gflops: float | None) -> float | None:
-    return 100 * gflop / (ms * 1e-3) / peak_gflops if peak_gflops else None
-
-
-def kernel_summary(kernels: list[dict], peak_gflops: float | None) -> list[dict]:
-    """The kernels' time by algorithm ("other": the kernels that are no fused conv): calls, ms,
-    share, GFLOP, % of the FMA peak, and ``ms_at_peak``, what the convs would take at the peak.
-    A Winograd conv does fewer multiply-adds than it is credited with, so it can pass 100 %;
-    the direct convs' ``ms_at_peak`` is as fast as they can get without fewer FLOPs."""
-    total = sum(k["ms"] for k in kernels)
-    groups: dict = {}
-    for kernel in kernels:
-        group = groups.setdefault(kernel.get("algorithm", "other"), [0, 0.0, 0.0])
-        group[0] += 1
-        group[1] += kernel["ms"]
-        group[2] += kernel.get("gflop", 0.0)
-    rows = []
-    for algorithm, (calls, ms, gflop) in sorted(groups.items(), key=lambda kv: -kv[1][1]):
-        has_flops = algorithm != "other"
-        at_peak = gflop / peak_gflops * 1e3 if has_flops and peak_gflops else None
-        rows.append(
-            {
-                "algorithm": algorithm,
-                "calls": calls,
-                "ms": ms,
-                "share": ms / total,
-                "gflop": gflop if has_flops else None,
-                "pct_peak": _pct_of_peak(gflop, ms, peak_gflops) if has_flops else None,
-                "ms_at_peak": at_peak,
-            }
-        )
-    return rows
 
 
 def bench_model(

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tvm_fuse.bench import bench_layers, bench_models, common, fma_peak  # common: thread env
+from tvm_fuse.bench import kernel_profile
 
 import tvm_fuse  # noqa: E402
 from tvm_fuse import examples  # noqa: E402
@@ -143,15 +144,16 @@ def test_kernel_summary_groups_by_algorithm_with_time_at_peak():
         {"ms": 1.0, "algorithm": "winograd F(2x2)", "gflop": 0.2},
         {"ms": 0.5},  # a transpose
     ]
-    rows = bench_models.kernel_summary(kernels, peak_gflops=150.0)
+    rows = kernel_profile.kernel_summary(kernels, peak_gflops=150.0)
     assert [r["algorithm"] for r in rows] == ["direct", "winograd F(2x2)", "other"]  # by time
     direct, winograd, other = rows
     assert (direct["calls"], direct["ms"], direct["gflop"]) == (2, 3.0, pytest.approx(0.3))
     assert direct["pct_peak"] == pytest.approx(100 * 0.3 / 3e-3 / 150)  # 66.7 %
     assert direct["ms_at_peak"] == pytest.approx(2.0)
     assert winograd["pct_peak"] == pytest.approx(100 * 0.2 / 1e-3 / 150)  # above 100: fewer MACs
+    assert winograd["gflops"] == pytest.approx(200.0)
     assert other["share"] == pytest.approx(0.5 / 4.5)
-    assert bench_models.kernel_summary(kernels, None)[0]["ms_at_peak"] is None
+    assert kernel_profile.kernel_summary(kernels, None)[0]["ms_at_peak"] is None
 
 
 def test_a_bad_thread_count_is_one_line():

@@ -1,8 +1,10 @@
-"""``tvm_fuse.relax.bench``: its models come from the benchmarks' table, and every timed run of
-an interleaved round waits for idle CPUs first."""
+"""``tvm_fuse.relax.bench``: its models come from the benchmarks' table, every timed run of
+an interleaved round waits for idle CPUs first, and ``--profile`` times each kernel alone."""
+
+import pytest
 
 from tvm_fuse.bench import layer_table
-from tvm_fuse.relax import bench
+from tvm_fuse.relax import bench, compat
 
 
 def test_models_are_the_benchmarks_onnx_models():
@@ -36,3 +38,32 @@ def test_the_header_names_the_threads_the_runtime_uses(tmp_path, monkeypatch, ca
     assert json.loads(path.read_text())["machine"]["threads"] == threads
     cpu = tvm.target.codegen.llvm_get_system_cpu()
     assert f"({cpu}, {threads} threads, load 0.50;" in capsys.readouterr().out
+
+
+def test_profile_times_each_kernel_with_its_algorithm_flops_and_peak(tmp_path):
+    """``--profile``: the three kernels of ``down`` (entry transpose, fused conv, exit
+    transpose), the conv with its algorithm, FLOPs and % of a given peak; the time by algorithm."""
+    mod, _ = bench.load("layer:down", tmp_path)
+    peak = 100.0  # GFLOP/s: any figure; the percentages are checked against it
+    prof = bench.profile(mod, compat.host_target(), top=10, peak_gflops=peak)
+    kernels = prof["kernels"]
+    assert len(kernels) == 3
+    assert [k["ms"] for k in kernels] == sorted((k["ms"] for k in kernels), reverse=True)
+    assert min(k["ms"] for k in kernels) > 0
+    assert sum(k["share"] for k in kernels) == pytest.approx(1.0)
+    (conv,) = [k for k in kernels if "algorithm" in k]
+    assert conv["node"].startswith("tvm_fuse_conv2d_nhwc_fused")
+    assert conv["shape"] == [1, 28, 28, 128]
+    gflop = 2 * 28 * 28 * 128 * 64 / 1e9  # 64 -> 128 channels, 1x1 stride 2
+    assert (conv["algorithm"], conv["gflop"]) == ("direct", pytest.approx(gflop))
+    assert conv["pct_peak"] == pytest.approx(100 * gflop / (conv["ms"] * 1e-3) / peak)
+    rows = {row["algorithm"]: row for row in prof["by_algorithm"]}
+    assert (rows["direct"]["calls"], rows["other"]["calls"]) == (1, 2)
+    assert rows["direct"]["ms_at_peak"] == pytest.approx(gflop / peak * 1e3)
+
+
+def test_profile_options_are_checked(capsys):
+    for args in (["--profile", "-1"], ["--peak", "0"]):
+        with pytest.raises(SystemExit):
+            bench.main(["--models", "layer:down", *args])
+        assert "error: --" in capsys.readouterr().err

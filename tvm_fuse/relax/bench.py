@@ -1,7 +1,7 @@
 """Time the Relax backend against stock Relax on ONNX models (run in the Relax venv).
 
     python -m tvm_fuse.relax.bench [--models block resnet18 layer:l1 ...] [--rounds 3] [--stock]
-        [--tune TRIALS] [--meta-schedule TRIALS] [--json PATH]
+        [--tune TRIALS] [--meta-schedule TRIALS] [--profile N [--peak GFLOPS]] [--json PATH]
 
 Each model is written by ``tvm_fuse.onnx_example`` as ``tvm_fuse.bench.layer_table`` lists it
 (``block``: the residual block at 64 channels on 56x56; ``resnet18``/``resnet50``: ResNets at
@@ -13,8 +13,10 @@ TRIALS`` adds stock Relax tuned by meta_schedule (as ``relax.pipeline.static_sha
 does it, TRIALS trials per task); the wall time of each tuning is reported. The
 runs are interleaved (``rounds`` rounds of each); the median of each is printed in ms with the
 load average, and every build's output is checked against the first's. Machines are shared and
-noisy: compare ratios within one run. Speed is never asserted in tests. ``--json`` writes the
-table with the machine, the command line and the budgets.
+noisy: compare ratios within one run. Speed is never asserted in tests. ``--profile N`` also
+times tvm_fuse's kernels one by one and sums them by algorithm (``profile``; ``--peak`` gives
+the % of the FMA peak). ``--json`` writes the table with the machine, the command line and the
+budgets.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ from tvm.relax.frontend.onnx import from_onnx
 
 from ..bench.idle import settle
 from ..bench.layer_table import ONNX_MODELS
+from ..bench import kernel_profile
 from . import api, compat, records, tuning
+from . import kernel as kernel_module
 
 #: meta_schedule's builder and runner timeouts (its defaults: 30 s each)
 MS_BUILD_TIMEOUT_S = 300
@@ -101,11 +105,17 @@ def _timed(make):
     return made, time.perf_counter() - start
 
 
-def bench(model: str, rounds: int, stock: bool, folder: Path, tune=0, meta_schedule=0) -> dict:
+def load(model: str, folder: Path):
+    """The imported Relax module of ``model`` (written to ``folder``) and a seeded input."""
     path = MODELS[model](folder / f"{model.replace(':', '_')}.onnx")
     mod = from_onnx(onnx.load(path), keep_params_in_input=False)
     dims = onnx.load(path).graph.input[0].type.tensor_type.shape.dim
     x = np.random.default_rng(0).standard_normal([d.dim_value for d in dims]).astype("float32")
+    return mod, x
+
+
+def bench(model: str, rounds: int, stock: bool, folder: Path, tune=0, meta_schedule=0) -> dict:
+    mod, x = load(model, folder)
     target = compat.host_target()
     exe, build_s = _timed(lambda: api.build(mod, target=target))
     exes = {"tvm_fuse.relax": exe}
@@ -134,6 +144,58 @@ def bench(model: str, rounds: int, stock: bool, folder: Path, tune=0, meta_sched
             times[name].append(once())
     result["ms"] = {n: statistics.median(t) for n, t in times.items()}
     return result
+
+
+def profile(mod, target, top: int, peak_gflops: float | None = None) -> dict:
+    """The kernels ``tvm_fuse.relax.build`` runs for ``mod``, timed one by one: each PrimFunc
+    that ``main`` calls built alone and run on fresh buffers of its call's shapes (weights warm
+    in cache), each distinct call once. ``kernels``: the ``top`` slowest calls, with the
+    PrimFunc's name, output shape, ms and share of the summed time; a fused conv also with its
+    algorithm, GFLOP and % of ``peak_gflops``. ``by_algorithm``: the summed time by algorithm
+    (``kernel_profile.kernel_summary``)."""
+    lowered = api.lowered_for_compile(mod, None, target)
+    timed: dict = {}
+    kernels = []
+    for call in _tir_calls(lowered["main"]):
+        func = lowered[call.args[0]]
+        args = [*call.args[1].fields, call]
+        key = (call.args[0].name_hint, tuple(compat.tensor_shape(a) for a in args))
+        if key not in timed:
+            timed[key] = _time_alone(func, args, target)
+        kernel = {"node": key[0], "shape": list(key[1][-1]), "ms": timed[key]}
+        spec = kernel_module.spec_of(func)
+        if spec is not None:
+            kernel.update(algorithm=spec.algorithm_name, gflop=spec.flops / 1e9)
+            pct = kernel_profile.pct_of_peak(kernel["gflop"], timed[key], peak_gflops)
+            kernel["pct_peak"] = pct
+        kernels.append(kernel)
+    kernels = kernel_profile.with_shares(kernels)
+    summary = kernel_profile.kernel_summary(kernels, peak_gflops)
+    return {"kernels": kernels[:top], "by_algorithm": summary}
+
+
+def _tir_calls(main) -> list:
+    return [
+        binding.value
+        for block in main.body.blocks
+        for binding in block.bindings
+        if isinstance(binding.value, relax.Call)
+        and getattr(binding.value.op, "name", "") == "relax.call_tir"
+    ]
+
+
+def _time_alone(func, args, target) -> float:
+    """Median ms of ``func`` built alone, on random buffers shaped as ``args``."""
+    lib = compat.build_prim_func(func, target)
+    rng = np.random.default_rng(0)
+    buffers = [
+        tvm.runtime.tensor(
+            rng.standard_normal(compat.tensor_shape(a)).astype(compat.tensor_dtype(a))
+        )
+        for a in args
+    ]
+    timer = lib.time_evaluator("main", tvm.cpu(), number=10, repeat=5, min_repeat_ms=20)
+    return statistics.median(timer(*buffers).results) * 1e3
 
 
 def _tuned_row(done: tuning.TunedKernel) -> dict:
@@ -174,10 +236,25 @@ def main(argv=None) -> None:
         metavar="TRIALS",
         help="also stock Relax tuned by meta_schedule, TRIALS per task",
     )
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also time tvm_fuse's kernels one by one: by algorithm, and the N slowest",
+    )
+    parser.add_argument(
+        "--peak",
+        type=float,
+        metavar="GFLOPS",
+        help="the FMA peak for --profile's %% of peak (from `tvm-fuse bench peak`, Relay venv)",
+    )
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the results there")
     args = parser.parse_args(argv)
-    if args.tune < 0 or args.meta_schedule < 0:
-        parser.error("--tune and --meta-schedule take a number of trials >= 0")
+    if args.tune < 0 or args.meta_schedule < 0 or args.profile < 0:
+        parser.error("--tune, --meta-schedule and --profile take a number >= 0")
+    if args.peak is not None and not args.peak > 0:
+        parser.error("--peak takes the peak in GFLOP/s, a number > 0")
     machine = {
         "host": platform.node(),
         "cpu": tvm.target.codegen.llvm_get_system_cpu(),
@@ -194,11 +271,16 @@ def main(argv=None) -> None:
             result["load"] = os.getloadavg()[0]
             results[model] = result
             print(_table(model, result, machine))
+            if args.profile:
+                mod, _ = load(model, Path(folder))
+                result["profile"] = profile(mod, compat.host_target(), args.profile, args.peak)
+                print(_profile_table(model, result["profile"]))
     if args.json:
         payload = {
             "command": " ".join([Path(sys.executable).name, "-m", __spec__.name, *sys.argv[1:]]),
             "machine": machine,
             "rounds": args.rounds,
+            "peak_gflops": args.peak,
             "trials per kernel or task": {
                 "tvm_fuse.relax tuned": args.tune,
                 "stock relax + meta_schedule": args.meta_schedule,
@@ -228,6 +310,33 @@ def _table(model: str, result: dict, machine: dict) -> str:
         lines.append(
             f"  tuned alone {row['kernel']}: model {row['model']} {row['model_ms']:.3f} ms, "
             f"chosen {row['tuned']} {row['tuned_ms']:.3f} ms"
+        )
+    return "\n".join(lines)
+
+
+def _profile_table(model: str, prof: dict) -> str:
+    """The kernel time by algorithm, then the slowest kernels."""
+
+    def num(value, spec):
+        return "-" if value is None else format(value, spec)
+
+    lines = [
+        f"{model}: tvm_fuse's kernels one by one (each built alone, warm), by algorithm",
+        f"  {'algorithm':<16} {'calls':>5} {'ms':>8} {'share':>6} {'GFLOP/s':>8} {'% peak':>7}"
+        f" {'ms at peak':>10}",
+    ]
+    for row in prof["by_algorithm"]:
+        lines.append(
+            f"  {row['algorithm']:<16} {row['calls']:5d} {row['ms']:8.3f} {row['share']:6.1%}"
+            f" {num(row['gflops'], '8.1f'):>8} {num(row['pct_peak'], '7.1f'):>7}"
+            f" {num(row['ms_at_peak'], '10.3f'):>10}"
+        )
+    lines.append(f"  the slowest: {'ms':>8} {'share':>6} {'% peak':>7}  output  kernel")
+    for k in prof["kernels"]:
+        shape = "x".join(map(str, k["shape"]))
+        lines.append(
+            f"  {k.get('algorithm', ''):<12} {k['ms']:8.3f} {k['share']:6.1%}"
+            f" {num(k.get('pct_peak'), '7.1f'):>7}  {shape}  {k['node']}"
         )
     return "\n".join(lines)
 

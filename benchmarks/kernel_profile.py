@@ -1,0 +1,53 @@
+"""A model's kernels timed one by one, summed by algorithm: plain Python, no TVM.
+
+Both backends' profiles use it: ``bench_models --profile`` (Relay, TVM's debug executor) and
+``tvm_fuse.relax.bench --profile`` (each PrimFunc built and timed alone), which runs where Relay
+cannot be imported. A kernel is a dict with ``ms`` and, for a fused conv, ``algorithm`` and
+``gflop`` (the direct conv's multiply-adds counted twice, for every algorithm).
+"""
+
+from __future__ import annotations
+
+
+def pct_of_peak(gflop: float, ms: float, peak_gflops: float | None) -> float | None:
+    """``gflop`` done in ``ms`` as % of ``peak_gflops`` (None without a peak)."""
+    return 100 * gflop / (ms * 1e-3) / peak_gflops if peak_gflops else None
+
+
+def with_shares(kernels: list[dict]) -> list[dict]:
+    """``kernels`` slowest first, each with its ``share`` of their summed time."""
+    total = sum(k["ms"] for k in kernels)
+    for kernel in kernels:
+        kernel["share"] = kernel["ms"] / total
+    return sorted(kernels, key=lambda k: -k["ms"])
+
+
+def kernel_summary(kernels: list[dict], peak_gflops: float | None) -> list[dict]:
+    """The kernels' time by algorithm ("other": the kernels that are no fused conv): calls, ms,
+    share, GFLOP, GFLOP/s, % of the FMA peak, and ``ms_at_peak``, what the convs would take at
+    the peak. A Winograd conv does fewer multiply-adds than it is credited with, so it can pass
+    100 %; the direct convs' ``ms_at_peak`` is as fast as they can get without fewer FLOPs."""
+    total = sum(k["ms"] for k in kernels)
+    groups: dict = {}
+    for kernel in kernels:
+        group = groups.setdefault(kernel.get("algorithm", "other"), [0, 0.0, 0.0])
+        group[0] += 1
+        group[1] += kernel["ms"]
+        group[2] += kernel.get("gflop", 0.0)
+    rows = []
+    for algorithm, (calls, ms, gflop) in sorted(groups.items(), key=lambda kv: -kv[1][1]):
+        has_flops = algorithm != "other"
+        at_peak = gflop / peak_gflops * 1e3 if has_flops and peak_gflops else None
+        rows.append(
+            {
+                "algorithm": algorithm,
+                "calls": calls,
+                "ms": ms,
+                "share": ms / total,
+                "gflop": gflop if has_flops else None,
+                "gflops": gflop / (ms * 1e-3) if has_flops else None,
+                "pct_peak": pct_of_peak(gflop, ms, peak_gflops) if has_flops else None,
+                "ms_at_peak": at_peak,
+            }
+        )
+    return rows
