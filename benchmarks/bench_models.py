@@ -302,33 +302,9 @@ def print_report(records: list[dict]) -> None:
         title="\nratios of tvm_fuse's time (< 1: tvm_fuse faster); fused kernels",
     )
     for rec in records:
-        if "kernels" in (rec.get("profile_tvm_fuse") or {}):
-            print_profile(rec["model"], rec["profile_tvm_fuse"])
-
-
-def print_profile(model: str, prof: dict) -> None:
-    """The kernel time by algorithm, with what the convs would take at the FMA peak, then the
-    slowest kernels."""
-    rows = [
-        [r["algorithm"], r["calls"], r["ms"], f"{r['share']:.1%}", r["gflop"], r["pct_peak"]]
-        + [r["ms_at_peak"]]
-        for r in prof["by_algorithm"]
-    ]
-    common.print_table(
-        ["algorithm", "calls", "ms", "share", "GFLOP", "% peak", "ms at peak"],
-        rows,
-        title=f"\n{model}: tvm_fuse's kernels one by one (debug executor, warm), by algorithm",
-    )
-    rows = [
-        [k["ms"], f"{k['share']:.1%}", "x".join(map(str, k["shape"]))]
-        + [k.get("algorithm", ""), k.get("pct_peak"), k["node"]]
-        for k in prof["kernels"]
-    ]
-    common.print_table(
-        ["ms", "share", "output", "algorithm", "% peak", "node"],
-        rows,
-        title=f"\n{model}: the slowest kernels",
-    )
+        prof = rec.get("profile_tvm_fuse") or {}
+        if "kernels" in prof:
+            print("\n" + kernel_profile.report(rec["model"], prof, "debug executor, warm"))
 
 
 def main(argv=None) -> int:

@@ -51,3 +51,32 @@ def kernel_summary(kernels: list[dict], peak_gflops: float | None) -> list[dict]
             }
         )
     return rows
+
+
+def report(model: str, prof: dict, how: str) -> str:
+    """The text of a profile (``kernels`` and ``by_algorithm``): the time by algorithm, then
+    the slowest kernels; ``how`` says how they were timed."""
+
+    def num(value, spec):
+        return "-" if value is None else format(value, spec)
+
+    lines = [
+        f"{model}: tvm_fuse's kernels one by one ({how}), by algorithm",
+        f"  {'algorithm':<16} {'calls':>5} {'ms':>8} {'share':>6} {'GFLOP':>7} {'GFLOP/s':>8}"
+        f" {'% peak':>7} {'ms at peak':>10}",
+    ]
+    for row in prof["by_algorithm"]:
+        lines.append(
+            f"  {row['algorithm']:<16} {row['calls']:5d} {row['ms']:8.3f} {row['share']:6.1%}"
+            f" {num(row['gflop'], '7.3f'):>7} {num(row['gflops'], '8.1f'):>8}"
+            f" {num(row['pct_peak'], '7.1f'):>7} {num(row['ms_at_peak'], '10.3f'):>10}"
+        )
+    lines.append(f"{model}: the slowest kernels")
+    lines.append(f"  {'algorithm':<16} {'ms':>8} {'share':>6} {'% peak':>7}  output  kernel")
+    for kernel in prof["kernels"]:
+        shape = "x".join(map(str, kernel["shape"]))
+        lines.append(
+            f"  {kernel.get('algorithm', ''):<16} {kernel['ms']:8.3f} {kernel['share']:6.1%}"
+            f" {num(kernel.get('pct_peak'), '7.1f'):>7}  {shape}  {kernel['node']}"
+        )
+    return "\n".join(lines)

@@ -156,6 +156,28 @@ def test_kernel_summary_groups_by_algorithm_with_time_at_peak():
     assert kernel_profile.kernel_summary(kernels, None)[0]["ms_at_peak"] is None
 
 
+def test_profile_report_lists_each_algorithm_and_the_slowest_kernels():
+    kernels = kernel_profile.with_shares(
+        [
+            {"node": "conv_a", "shape": [1, 7, 7, 8], "ms": 1.0}
+            | {"algorithm": "direct", "gflop": 0.1},
+            {"node": "transpose", "shape": [1, 8, 7, 7], "ms": 3.0},
+        ]
+    )
+    prof = {"kernels": kernels, "by_algorithm": kernel_profile.kernel_summary(kernels, 200.0)}
+    lines = kernel_profile.report("net", prof, "warm").splitlines()
+    assert lines[0] == "net: tvm_fuse's kernels one by one (warm), by algorithm"
+    split = lines.index("net: the slowest kernels")
+    by_algorithm = [line.split() for line in lines[2:split]]  # slowest algorithm first
+    # algorithm, calls, ms, share, GFLOP, GFLOP/s, % peak, ms at peak
+    assert by_algorithm == [
+        ["other", "1", "3.000", "75.0%", "-", "-", "-", "-"],
+        ["direct", "1", "1.000", "25.0%", "0.100", "100.0", "50.0", "0.500"],
+    ]
+    slowest = lines[split + 2 :]
+    assert [line.split()[-1] for line in slowest] == ["transpose", "conv_a"]  # slowest first
+
+
 def test_a_bad_thread_count_is_one_line():
     env = {**os.environ, "TVM_FUSE_BENCH_THREADS": "two"}
     run = subprocess.run(

@@ -67,3 +67,10 @@ def test_profile_options_are_checked(capsys):
         with pytest.raises(SystemExit):
             bench.main(["--models", "layer:down", *args])
         assert "error: --" in capsys.readouterr().err
+
+
+def test_bench_adds_the_profile_when_asked(tmp_path):
+    result = bench.bench("layer:down", rounds=1, stock=False, folder=tmp_path, profile_top=2)
+    assert len(result["profile"]["kernels"]) == 2  # the two slowest of three
+    assert sum(row["calls"] for row in result["profile"]["by_algorithm"]) == 3
+    assert "profile" not in bench.bench("layer:down", rounds=1, stock=False, folder=tmp_path)

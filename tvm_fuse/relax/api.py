@@ -117,6 +117,17 @@ def describe(mod: tvm.IRModule) -> list[KernelSpec]:
     return specs
 
 
+def op_calls(func, op_name: str) -> list:
+    """The calls of the op ``op_name`` (e.g. ``"relax.call_tir"``) that ``func``'s bindings make,
+    in order."""
+    return [
+        b.value
+        for block in func.body.blocks
+        for b in block.bindings
+        if isinstance(b.value, relax.Call) and getattr(b.value.op, "name", "") == op_name
+    ]
+
+
 def _spec_of_call(mod, value):
     if not isinstance(value, relax.Call):
         return None

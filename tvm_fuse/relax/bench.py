@@ -114,7 +114,18 @@ def load(model: str, folder: Path):
     return mod, x
 
 
-def bench(model: str, rounds: int, stock: bool, folder: Path, tune=0, meta_schedule=0) -> dict:
+def bench(
+    model: str,
+    rounds: int,
+    stock: bool,
+    folder: Path,
+    tune=0,
+    meta_schedule=0,
+    profile_top=0,
+    peak_gflops=None,
+) -> dict:
+    """Time the builds of ``model``; ``profile_top`` > 0 adds ``profile`` (its % of
+    ``peak_gflops``) as ``result["profile"]``."""
     mod, x = load(model, folder)
     target = compat.host_target()
     exe, build_s = _timed(lambda: api.build(mod, target=target))
@@ -143,6 +154,8 @@ def bench(model: str, rounds: int, stock: bool, folder: Path, tune=0, meta_sched
             settle()  # the previous runner's TVM workers spin for a while after their last task
             times[name].append(once())
     result["ms"] = {n: statistics.median(t) for n, t in times.items()}
+    if profile_top:
+        result["profile"] = profile(mod, target, profile_top, peak_gflops)
     return result
 
 
@@ -156,7 +169,7 @@ def profile(mod, target, top: int, peak_gflops: float | None = None) -> dict:
     lowered = api.lowered_for_compile(mod, None, target)
     timed: dict = {}
     kernels = []
-    for call in _tir_calls(lowered["main"]):
+    for call in api.op_calls(lowered["main"], "relax.call_tir"):
         func = lowered[call.args[0]]
         args = [*call.args[1].fields, call]
         key = (call.args[0].name_hint, tuple(compat.tensor_shape(a) for a in args))
@@ -172,16 +185,6 @@ def profile(mod, target, top: int, peak_gflops: float | None = None) -> dict:
     kernels = kernel_profile.with_shares(kernels)
     summary = kernel_profile.kernel_summary(kernels, peak_gflops)
     return {"kernels": kernels[:top], "by_algorithm": summary}
-
-
-def _tir_calls(main) -> list:
-    return [
-        binding.value
-        for block in main.body.blocks
-        for binding in block.bindings
-        if isinstance(binding.value, relax.Call)
-        and getattr(binding.value.op, "name", "") == "relax.call_tir"
-    ]
 
 
 def _time_alone(func, args, target) -> float:
@@ -266,15 +269,20 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as folder:
         for model in args.models:
             result = bench(
-                model, args.rounds, args.stock, Path(folder), args.tune, args.meta_schedule
+                model,
+                args.rounds,
+                args.stock,
+                Path(folder),
+                args.tune,
+                args.meta_schedule,
+                args.profile,
+                args.peak,
             )
             result["load"] = os.getloadavg()[0]
             results[model] = result
             print(_table(model, result, machine))
-            if args.profile:
-                mod, _ = load(model, Path(folder))
-                result["profile"] = profile(mod, compat.host_target(), args.profile, args.peak)
-                print(_profile_table(model, result["profile"]))
+            if "profile" in result:
+                print(kernel_profile.report(model, result["profile"], "each built alone, warm"))
     if args.json:
         payload = {
             "command": " ".join([Path(sys.executable).name, "-m", __spec__.name, *sys.argv[1:]]),
@@ -310,33 +318,6 @@ def _table(model: str, result: dict, machine: dict) -> str:
         lines.append(
             f"  tuned alone {row['kernel']}: model {row['model']} {row['model_ms']:.3f} ms, "
             f"chosen {row['tuned']} {row['tuned_ms']:.3f} ms"
-        )
-    return "\n".join(lines)
-
-
-def _profile_table(model: str, prof: dict) -> str:
-    """The kernel time by algorithm, then the slowest kernels."""
-
-    def num(value, spec):
-        return "-" if value is None else format(value, spec)
-
-    lines = [
-        f"{model}: tvm_fuse's kernels one by one (each built alone, warm), by algorithm",
-        f"  {'algorithm':<16} {'calls':>5} {'ms':>8} {'share':>6} {'GFLOP/s':>8} {'% peak':>7}"
-        f" {'ms at peak':>10}",
-    ]
-    for row in prof["by_algorithm"]:
-        lines.append(
-            f"  {row['algorithm']:<16} {row['calls']:5d} {row['ms']:8.3f} {row['share']:6.1%}"
-            f" {num(row['gflops'], '8.1f'):>8} {num(row['pct_peak'], '7.1f'):>7}"
-            f" {num(row['ms_at_peak'], '10.3f'):>10}"
-        )
-    lines.append(f"  the slowest: {'ms':>8} {'share':>6} {'% peak':>7}  output  kernel")
-    for k in prof["kernels"]:
-        shape = "x".join(map(str, k["shape"]))
-        lines.append(
-            f"  {k.get('algorithm', ''):<12} {k['ms']:8.3f} {k['share']:6.1%}"
-            f" {num(k.get('pct_peak'), '7.1f'):>7}  {shape}  {k['node']}"
         )
     return "\n".join(lines)
 

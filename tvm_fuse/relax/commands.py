@@ -135,7 +135,7 @@ def leftovers(mod: tvm.IRModule, target) -> list[str]:
     for refusal in _bn_refusals(prepared):
         lines.append(f"BatchNorm not folded: {refusal}")
     fused = fuse.FuseConvBiasAct()(ConvertLayoutNHWC()(api.FoldBatchNorm()(prepared)))
-    for conv in _calls(fused["main"], "relax.nn.conv2d"):
+    for conv in api.op_calls(fused["main"], "relax.nn.conv2d"):
         lines.append(f"conv2d not fused: {conv_refusal(conv)}")
     return ["\nleft to stock TVM:" if lines else "\nleft to stock TVM: no conv, no BatchNorm"] + [
         "  " + line for line in lines
@@ -170,15 +170,6 @@ def _bn_refusals(mod) -> list[str]:
             if reason:
                 found.append(reason)
     return found
-
-
-def _calls(func, name):
-    return [
-        b.value
-        for block in func.body.blocks
-        for b in block.bindings
-        if isinstance(b.value, relax.Call) and getattr(b.value.op, "name", "") == name
-    ]
 
 
 def demo() -> int:
