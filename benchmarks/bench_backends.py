@@ -38,7 +38,7 @@ import tempfile
 from pathlib import Path
 
 from tvm_fuse.bench import common, peers  # noqa: E402  (common first: thread env)
-from tvm_fuse.bench.layer_table import ONNX_MODELS  # noqa: E402
+from tvm_fuse.bench.layer_table import ONNX_MODELS, write_onnx_model  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -137,11 +137,7 @@ def _pooled(draws: list) -> common.Result:
 
 
 def bench_model(name: str, pythons: dict, cfg, folder: Path, processes: int) -> dict:
-    model = Path(MODELS[name](folder / f"{name.replace(':', '_')}.onnx"))
-    import onnx  # pylint: disable=import-outside-toplevel
-
-    dims = onnx.load(model).graph.input[0].type.tensor_type.shape.dim
-    x = np.random.default_rng(0).standard_normal([d.dim_value for d in dims]).astype("float32")
+    model, x = write_onnx_model(name, folder)
     draws = []
     for index in range(processes):
         print(f" process {index + 1} of {processes}", flush=True)

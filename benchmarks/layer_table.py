@@ -11,6 +11,10 @@ expansion and projection, a 3x3 depthwise conv).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
 
 from tvm_fuse import onnx_example
 
@@ -84,3 +88,12 @@ ONNX_MODELS = {
     "resnet50": lambda path: onnx_example.resnet(path, 50),
     **{f"layer:{n}": _onnx_layer(layer) for n, layer in LAYERS.items() if layer.groups == 1},
 }
+
+
+def write_onnx_model(name: str, folder: Path) -> tuple[Path, np.ndarray]:
+    """``ONNX_MODELS[name]`` written into ``folder``, and a seeded standard-normal input of its
+    input's shape: what every backend of one run is timed on."""
+    path = Path(ONNX_MODELS[name](Path(folder) / f"{name.replace(':', '_')}.onnx"))
+    dims = onnx.load(path).graph.input[0].type.tensor_type.shape.dim
+    x = np.random.default_rng(0).standard_normal([d.dim_value for d in dims]).astype("float32")
+    return path, x

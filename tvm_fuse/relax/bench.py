@@ -38,7 +38,7 @@ from tvm import relax
 from tvm.relax.frontend.onnx import from_onnx
 
 from ..bench.idle import settle
-from ..bench.layer_table import ONNX_MODELS
+from ..bench.layer_table import ONNX_MODELS, write_onnx_model
 from ..bench import kernel_profile
 from . import api, compat, records, tuning
 from . import kernel as kernel_module
@@ -107,11 +107,8 @@ def _timed(make):
 
 def load(model: str, folder: Path):
     """The imported Relax module of ``model`` (written to ``folder``) and a seeded input."""
-    path = MODELS[model](folder / f"{model.replace(':', '_')}.onnx")
-    mod = from_onnx(onnx.load(path), keep_params_in_input=False)
-    dims = onnx.load(path).graph.input[0].type.tensor_type.shape.dim
-    x = np.random.default_rng(0).standard_normal([d.dim_value for d in dims]).astype("float32")
-    return mod, x
+    path, x = write_onnx_model(model, folder)
+    return from_onnx(onnx.load(path), keep_params_in_input=False), x
 
 
 def bench(
@@ -188,8 +185,7 @@ def profile(mod, target, top: int, peak_gflops: float | None = None) -> dict:
 
 
 def _time_alone(func, args, target) -> float:
-    """Median ms of ``func`` built alone, on random buffers shaped as ``args``."""
-    lib = compat.build_prim_func(func, target)
+    """Median ms of ``func`` compiled alone, on random buffers shaped as ``args``."""
     rng = np.random.default_rng(0)
     buffers = [
         tvm.runtime.tensor(
@@ -197,8 +193,7 @@ def _time_alone(func, args, target) -> float:
         )
         for a in args
     ]
-    timer = lib.time_evaluator("main", tvm.cpu(), number=10, repeat=5, min_repeat_ms=20)
-    return statistics.median(timer(*buffers).results) * 1e3
+    return tuning.prim_func_timer(func, target, buffers)()
 
 
 def _tuned_row(done: tuning.TunedKernel) -> dict:

@@ -115,13 +115,6 @@ def tensor_dtype(expr) -> str:
     return str(type_of(expr).dtype)
 
 
-def build_prim_func(func, target) -> tvm.runtime.Module:
-    """One PrimFunc compiled alone for ``target``, callable as ``"main"`` (``tirx.build``: 0.27
-    moved TIR's build there)."""
-    alone = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
-    return tirx.build(alone, target=target)
-
-
 def prim_value(expr) -> float:
     """The number of a scalar argument (``relax.PrimValue`` before 0.27, a FloatImm/IntImm in
     0.27, or a scalar constant)."""

@@ -146,11 +146,17 @@ def tune_kernel(spec: KernelSpec, target, trials: int) -> TunedKernel:
 def timer(spec: KernelSpec, tiles: tiling.Tiles, target, inputs):
     """A function timing the kernel of ``spec`` with ``tiles``, compiled alone for ``target``:
     each call returns the median ms of ``REPEAT`` repeats."""
-    func = kernel.prim_func(spec, tiles)
-    lib = tvm.compile(tvm.IRModule({"main": func}), target=target).jit()
     out = tvm.runtime.empty(spec.out.shape, spec.out.dtype)
+    return prim_func_timer(kernel.prim_func(spec, tiles), target, [*inputs, out])
+
+
+def prim_func_timer(func, target, args):
+    """A function timing the PrimFunc ``func``, compiled alone for ``target``, on ``args``
+    (its inputs and outputs): each call returns the median ms of ``REPEAT`` repeats."""
+    alone = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+    lib = tvm.compile(alone, target=target).jit()
     evaluate = lib.time_evaluator("main", tvm.cpu(), repeat=REPEAT, min_repeat_ms=MIN_REPEAT_MS)
-    return lambda: float(evaluate(*inputs, out).median) * 1e3
+    return lambda: float(evaluate(*args).median) * 1e3
 
 
 def _inputs(spec: KernelSpec):
