@@ -164,9 +164,9 @@ def load_relay_params(modules: dict, params: dict) -> None:
 
 
 # -- one model -----------------------------------------------------------------------------
-def fused_kernels(mod, params) -> dict:
-    """How many fused kernels tvm_fuse makes, by op chain and by epilogue."""
-    specs = tvm_fuse.describe(tvm_fuse.optimize(mod, params))
+def fused_kernels(specs) -> dict:
+    """How many fused kernels tvm_fuse makes (their ``KernelSpec``s), by op chain, epilogue
+    and algorithm."""
     return {
         "count": len(specs),
         "by_ops": dict(collections.Counter(" + ".join(s.ops) for s in specs)),
@@ -184,14 +184,15 @@ def reference_f64(num_layers: int, params: dict, data: np.ndarray, target) -> np
     return common.TvmRunner(lib, {"data": data.astype("float64")}).output().astype("float64")
 
 
-def profile(mod, params, data, target, top: int, peak_gflops: float | None = None) -> dict:
+def profile(mod, params, data, target, top: int, peak_gflops=None, specs=None) -> dict:
     """tvm_fuse's kernels timed one by one by TVM's debug executor (weights warm in cache).
 
     ``kernels``: the ``top`` slowest, each with its node name, output shape, median ms and share
     of the summed kernel time; a fused conv also with its algorithm and GFLOP (multiply-adds
     of the direct conv, counted twice, as for every algorithm) and, given the FMA peak
     ``peak_gflops``, its % of that peak. ``by_algorithm``: every kernel's time summed by
-    algorithm (``kernel_profile.kernel_summary``)."""
+    algorithm; ``kernel_sum_ms`` and ``weight_mb``, the built module's weights
+    (``kernel_profile.profile``). ``specs``: the model's ``KernelSpec``s if already known."""
     lib = tvm_fuse.build(mod, params=params, target=target)
     graph_json = lib.get_graph_json()
     with tempfile.TemporaryDirectory() as tmp:
@@ -199,7 +200,9 @@ def profile(mod, params, data, target, top: int, peak_gflops: float | None = Non
         dbg.set_input(**lib.get_params())
         dbg.set_input("data", data)
         times = dbg.run_individual(number=5, repeat=3, min_repeat_ms=50)
-    specs = _specs_by_shapes(tvm_fuse.describe(tvm_fuse.optimize(mod, params, target)))
+    if specs is None:
+        specs = tvm_fuse.describe(tvm_fuse.optimize(mod, params, target))
+    specs = _specs_by_shapes(specs)
     graph = json.loads(graph_json)
     shapes, first_entry = graph["attrs"]["shape"][1], graph["node_row_ptr"]
     kernels = []
@@ -215,9 +218,8 @@ def profile(mod, params, data, target, top: int, peak_gflops: float | None = Non
             pct = kernel_profile.pct_of_peak(kernel["gflop"], kernel["ms"], peak_gflops)
             kernel["pct_peak"] = pct
         kernels.append(kernel)
-    kernels = kernel_profile.with_shares(kernels)
-    summary = kernel_profile.kernel_summary(kernels, peak_gflops)
-    return {"kernels": kernels[:top], "by_algorithm": summary}
+    weight_bytes = sum(value.numpy().nbytes for value in lib.get_params().values())
+    return kernel_profile.profile(kernels, top, peak_gflops, weight_bytes)
 
 
 def _shape_key(inputs, out) -> tuple:
@@ -241,8 +243,8 @@ def bench_model(
     peak_gflops: float | None = None,
 ) -> dict:
     """Time ``impls`` on one model; ``top`` > 0 adds tvm_fuse's kernel profile (``profile``,
-    its % of ``peak_gflops``); ``exact`` measures every output's error against the float64
-    network (one more build)."""
+    its % of ``peak_gflops``) beside the whole model's time (``kernel_profile.whole_model``);
+    ``exact`` measures every output's error against the float64 network (one more build)."""
     num_layers = MODELS[name]
     mod, params = models.zoo_workload(name)  # relay.testing's, BN statistics redrawn
     data = np.random.default_rng(1).standard_normal(INPUT_SHAPE).astype("float32")
@@ -256,11 +258,18 @@ def bench_model(
     checked_against = "tvm_nchwc" if "tvm_nchwc" in impls else "onnxruntime"
     results = common.run_case(preps, reference=checked_against, cfg=cfg, exact=reference)
     record = {"model": name, **common.case_record(results, ("tvm_nchwc", "onnxruntime"))}
-    record["fused_kernels"] = _or_error("describe", lambda: fused_kernels(mod, params))
+    specs = _or_error(
+        "describe", lambda: tvm_fuse.describe(tvm_fuse.optimize(mod, params, target))
+    )
+    record["fused_kernels"] = fused_kernels(specs) if isinstance(specs, list) else specs
     if top:
-        record["profile_tvm_fuse"] = _or_error(
-            "profile", lambda: profile(mod, params, data, target, top, peak_gflops)
-        )
+        end_to_end_ms = results["tvm_fuse"].ms
+
+        def run_profile():
+            prof = profile(mod, params, data, target, top, peak_gflops, specs)
+            return kernel_profile.whole_model(prof, end_to_end_ms) if end_to_end_ms else prof
+
+        record["profile_tvm_fuse"] = _or_error("profile", run_profile)
     return record
 
 

@@ -4,6 +4,9 @@ Both backends' profiles use it: ``bench_models --profile`` (Relay, TVM's debug e
 ``tvm_fuse.relax.bench --profile`` (each PrimFunc built and timed alone), which runs where Relay
 cannot be imported. A kernel is a dict with ``ms`` and, for a fused conv, ``algorithm`` and
 ``gflop`` (the direct conv's multiply-adds counted twice, for every algorithm).
+
+Kernels timed one by one run with their weights warm in cache; a whole model larger than the
+cache reads every weight from memory on each run. ``whole_model`` puts the two side by side.
 """
 
 from __future__ import annotations
@@ -53,6 +56,30 @@ def kernel_summary(kernels: list[dict], peak_gflops: float | None) -> list[dict]
     return rows
 
 
+def profile(kernels: list[dict], top: int, peak_gflops: float | None, weight_bytes: int) -> dict:
+    """The profile of ``kernels``: the ``top`` slowest with their shares, the time by algorithm
+    (``kernel_summary``), ``kernel_sum_ms`` (every kernel's time summed) and the bytes of the
+    module's weights, which a whole run reads once."""
+    kernels = with_shares(kernels)
+    return {
+        "kernels": kernels[:top],
+        "by_algorithm": kernel_summary(kernels, peak_gflops),
+        "kernel_sum_ms": sum(k["ms"] for k in kernels),
+        "weight_mb": weight_bytes / 1e6,
+    }
+
+
+def whole_model(prof: dict, end_to_end_ms: float) -> dict:
+    """``prof`` beside the model run whole in ``end_to_end_ms``: the ``gap_ms`` between that and
+    the kernels' warm sum, and ``gap_gbps``, the bandwidth at which reading the weights takes
+    the gap (None without a gap). Where the weights exceed the cache the gap is mostly that
+    reading, so a ``gap_gbps`` near the machine's memory bandwidth says the model waits on its
+    weights."""
+    gap_ms = end_to_end_ms - prof["kernel_sum_ms"]
+    gbps = prof["weight_mb"] / gap_ms if gap_ms > 0 else None  # MB per ms: GB/s
+    return prof | {"end_to_end_ms": end_to_end_ms, "gap_ms": gap_ms, "gap_gbps": gbps}
+
+
 def report(model: str, prof: dict, how: str) -> str:
     """The text of a profile (``kernels`` and ``by_algorithm``): the time by algorithm, then
     the slowest kernels; ``how`` says how they were timed."""
@@ -78,5 +105,12 @@ def report(model: str, prof: dict, how: str) -> str:
         lines.append(
             f"  {kernel.get('algorithm', ''):<16} {kernel['ms']:8.3f} {kernel['share']:6.1%}"
             f" {num(kernel.get('pct_peak'), '7.1f'):>7}  {shape}  {kernel['node']}"
+        )
+    if "end_to_end_ms" in prof:
+        lines.append(
+            f"{model}: whole model {prof['end_to_end_ms']:.2f} ms, kernels one by one"
+            f" {prof['kernel_sum_ms']:.2f} ms, gap {prof['gap_ms']:.2f} ms; its"
+            f" {prof['weight_mb']:.1f} MB of weights read in the gap:"
+            f" {num(prof['gap_gbps'], '.1f')} GB/s"
         )
     return "\n".join(lines)

@@ -133,6 +133,9 @@ def test_model_profile_names_shapes_shares_and_peak():
     assert (direct["calls"], other["calls"]) == (1, 2)
     assert direct["ms"] == pytest.approx(conv["ms"])
     assert other["ms"] == pytest.approx(sum(k["ms"] for k in kernels) - conv["ms"])
+    assert prof["kernel_sum_ms"] == pytest.approx(sum(k["ms"] for k in kernels))
+    # the built module's weights: the packed conv weight [Co/16, 3, 3, Ci, 16] and the bias
+    assert prof["weight_mb"] == pytest.approx((128 * 9 * 64 + 128) * 4 / 1e6)
     assert direct["ms_at_peak"] == pytest.approx(gflop / peak * 1e3)
     assert other["gflop"] is None and other["ms_at_peak"] is None
 
@@ -154,6 +157,29 @@ def test_kernel_summary_groups_by_algorithm_with_time_at_peak():
     assert winograd["gflops"] == pytest.approx(200.0)
     assert other["share"] == pytest.approx(0.5 / 4.5)
     assert kernel_profile.kernel_summary(kernels, None)[0]["ms_at_peak"] is None
+
+
+def test_whole_model_sets_the_run_beside_its_kernels_and_weights():
+    kernels = [
+        {"node": "conv", "shape": [1, 8], "ms": 2.0, "algorithm": "direct", "gflop": 0.2},
+        {"node": "transpose", "shape": [8, 1], "ms": 1.0},
+        {"node": "pool", "shape": [1, 1], "ms": 0.5},
+    ]
+    prof = kernel_profile.profile(kernels, top=1, peak_gflops=None, weight_bytes=40_000_000)
+    assert [k["ms"] for k in prof["kernels"]] == [2.0]  # the top one, of all three
+    assert (prof["kernel_sum_ms"], prof["weight_mb"]) == (3.5, 40.0)
+    whole = kernel_profile.whole_model(prof, end_to_end_ms=5.5)
+    assert whole["gap_ms"] == pytest.approx(2.0)
+    assert whole["gap_gbps"] == pytest.approx(40e6 / 2e-3 / 1e9)  # 20 GB/s
+    assert whole["kernels"] == prof["kernels"] and "end_to_end_ms" not in prof
+    faster = kernel_profile.whole_model(prof, end_to_end_ms=3.0)  # no gap: no bandwidth
+    assert faster["gap_ms"] == pytest.approx(-0.5) and faster["gap_gbps"] is None
+    line = kernel_profile.report("net", whole, "warm").splitlines()[-1]
+    assert line == (
+        "net: whole model 5.50 ms, kernels one by one 3.50 ms, gap 2.00 ms; its 40.0 MB of"
+        " weights read in the gap: 20.0 GB/s"
+    )
+    assert "whole model" not in kernel_profile.report("net", prof, "warm")
 
 
 def test_profile_report_lists_each_algorithm_and_the_slowest_kernels():

@@ -60,6 +60,9 @@ def test_profile_times_each_kernel_with_its_algorithm_flops_and_peak(tmp_path):
     rows = {row["algorithm"]: row for row in prof["by_algorithm"]}
     assert (rows["direct"]["calls"], rows["other"]["calls"]) == (1, 2)
     assert rows["direct"]["ms_at_peak"] == pytest.approx(gflop / peak * 1e3)
+    assert prof["kernel_sum_ms"] == pytest.approx(sum(k["ms"] for k in kernels))
+    # the weights the calls read: the packed 1x1 weight [Co/16, 1, 1, Ci, 16] and the bias
+    assert prof["weight_mb"] == pytest.approx((128 * 64 + 128) * 4 / 1e6)
 
 
 def test_profile_options_are_checked(capsys):
@@ -73,4 +76,5 @@ def test_bench_adds_the_profile_when_asked(tmp_path):
     result = bench.bench("layer:down", rounds=1, stock=False, folder=tmp_path, profile_top=2)
     assert len(result["profile"]["kernels"]) == 2  # the two slowest of three
     assert sum(row["calls"] for row in result["profile"]["by_algorithm"]) == 3
+    assert result["profile"]["end_to_end_ms"] == result["ms"]["tvm_fuse.relax"]  # set beside it
     assert "profile" not in bench.bench("layer:down", rounds=1, stock=False, folder=tmp_path)

@@ -152,7 +152,8 @@ def bench(
             times[name].append(once())
     result["ms"] = {n: statistics.median(t) for n, t in times.items()}
     if profile_top:
-        result["profile"] = profile(mod, target, profile_top, peak_gflops)
+        prof = profile(mod, target, profile_top, peak_gflops)
+        result["profile"] = kernel_profile.whole_model(prof, result["ms"]["tvm_fuse.relax"])
     return result
 
 
@@ -161,14 +162,17 @@ def profile(mod, target, top: int, peak_gflops: float | None = None) -> dict:
     that ``main`` calls built alone and run on fresh buffers of its call's shapes (weights warm
     in cache), each distinct call once. ``kernels``: the ``top`` slowest calls, with the
     PrimFunc's name, output shape, ms and share of the summed time; a fused conv also with its
-    algorithm, GFLOP and % of ``peak_gflops``. ``by_algorithm``: the summed time by algorithm
-    (``kernel_profile.kernel_summary``)."""
+    algorithm, GFLOP and % of ``peak_gflops``. ``by_algorithm``: the summed time by algorithm;
+    ``kernel_sum_ms`` and ``weight_mb``, the calls' constant arguments
+    (``kernel_profile.profile``)."""
     lowered = api.lowered_for_compile(mod, None, target)
     timed: dict = {}
+    weights: dict = {}  # the constant arguments, each once
     kernels = []
     for call in api.op_calls(lowered["main"], "relax.call_tir"):
         func = lowered[call.args[0]]
         args = [*call.args[1].fields, call]
+        weights.update((a, _nbytes(a)) for a in args[:-1] if _is_weight(a))
         key = (call.args[0].name_hint, tuple(compat.tensor_shape(a) for a in args))
         if key not in timed:
             timed[key] = _time_alone(func, args, target)
@@ -179,9 +183,17 @@ def profile(mod, target, top: int, peak_gflops: float | None = None) -> dict:
             pct = kernel_profile.pct_of_peak(kernel["gflop"], timed[key], peak_gflops)
             kernel["pct_peak"] = pct
         kernels.append(kernel)
-    kernels = kernel_profile.with_shares(kernels)
-    summary = kernel_profile.kernel_summary(kernels, peak_gflops)
-    return {"kernels": kernels[:top], "by_algorithm": summary}
+    return kernel_profile.profile(kernels, top, peak_gflops, sum(weights.values()))
+
+
+def _is_weight(expr) -> bool:
+    """A constant tensor (0.27's scalars are constants too)."""
+    return isinstance(expr, compat.Constant) and compat.tensor_shape(expr) is not None
+
+
+def _nbytes(expr) -> int:
+    """Bytes of a tensor-valued expression of static shape."""
+    return int(np.prod(compat.tensor_shape(expr))) * np.dtype(compat.tensor_dtype(expr)).itemsize
 
 
 def _time_alone(func, args, target) -> float:
