@@ -15,7 +15,7 @@ runs are interleaved (``rounds`` rounds of each); the median of each is printed 
 load average, and every build's output is checked against the first's. Machines are shared and
 noisy: compare ratios within one run. Speed is never asserted in tests. ``--profile N`` also
 times tvm_fuse's kernels one by one and sums them by algorithm (``profile``; ``--peak`` gives
-the % of the FMA peak). ``--json`` writes the table with the machine, the command line and the
+the % of the FMA peak), their sum beside the whole model's time (``kernel_profile.whole_model``). ``--json`` writes the table with the machine, the command line and the
 budgets.
 """
 
