@@ -45,6 +45,7 @@ from tvm.contrib import graph_executor  # noqa: E402
 
 import tvm_fuse  # noqa: E402
 from tvm_fuse.bench import RESULTS  # noqa: E402
+from tvm_fuse.bench.choices import select  # noqa: E402,F401  (re-exported: the suites call it)
 from tvm_fuse.bench.idle import settle  # noqa: E402,F401  (re-exported: the suites call it here)
 from tvm_fuse.testing import MODEL_RTOL  # noqa: E402
 
@@ -406,15 +407,6 @@ def add_output_options(parser, name: str) -> None:
 def json_path(args) -> Path:
     """The JSON file of a run parsed with ``add_output_options``."""
     return args.json or args.results / args.json_name
-
-
-def select(parser, text: str, known) -> list[str]:
-    """Comma-separated ``text`` as a list of names of ``known``; a parser error otherwise."""
-    names = text.split(",")
-    unknown = [name for name in names if name not in known]
-    if unknown:
-        parser.error(f"unknown names {unknown}; choose from {', '.join(known)}")
-    return names
 
 
 def finish(payload: dict, json_path) -> int:

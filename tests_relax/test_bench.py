@@ -65,6 +65,20 @@ def test_profile_times_each_kernel_with_its_algorithm_flops_and_peak(tmp_path):
     assert prof["weight_mb"] == pytest.approx((128 * 64 + 128) * 4 / 1e6)
 
 
+def test_models_are_named_like_the_relay_suites(monkeypatch, capsys):
+    """``--models`` takes the names comma-separated, as the Relay suites' do, or space-separated;
+    an unknown one is a parser error that lists the choices."""
+    seen = []
+    monkeypatch.setattr(bench, "bench", lambda model, *args: seen.append(model) or {})
+    monkeypatch.setattr(bench, "_table", lambda *args: "")
+    bench.main(["--models", "layer:down,block", "resnet18"])
+    assert seen == ["layer:down", "block", "resnet18"]
+    with pytest.raises(SystemExit):
+        bench.main(["--models", "layer:down,resnet34"])
+    err = capsys.readouterr().err
+    assert "unknown names ['resnet34']" in err and "resnet50" in err
+
+
 def test_profile_options_are_checked(capsys):
     for args in (["--profile", "-1"], ["--peak", "0"]):
         with pytest.raises(SystemExit):

@@ -39,7 +39,7 @@ from tvm.relax.frontend.onnx import from_onnx
 
 from ..bench.idle import settle
 from ..bench.layer_table import ONNX_MODELS, write_onnx_model
-from ..bench import kernel_profile
+from ..bench import choices, kernel_profile
 from . import api, compat, records, tuning
 from . import kernel as kernel_module
 
@@ -229,7 +229,13 @@ def _max_rel_error(exes: dict, x) -> float:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--models", nargs="+", default=["block", "resnet18"], choices=list(MODELS))
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=["block", "resnet18"],
+        metavar="MODEL",
+        help=f"space- or comma-separated: {', '.join(MODELS)}",
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--stock", action="store_true", help="also time stock Relax")
     parser.add_argument(
@@ -261,6 +267,7 @@ def main(argv=None) -> None:
     )
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the results there")
     args = parser.parse_args(argv)
+    args.models = choices.select(parser, ",".join(args.models), MODELS)
     if args.tune < 0 or args.meta_schedule < 0 or args.profile < 0:
         parser.error("--tune, --meta-schedule and --profile take a number >= 0")
     if args.peak is not None and not args.peak > 0:
