@@ -19,7 +19,7 @@ from tvm.autotvm.measure import MeasureInput, MeasureResult
 
 import tvm_fuse
 from tvm_fuse import examples, onnx_example, strategy, testing
-from tvm_fuse.schedules import conv2d_nhwc_fused
+from tvm_fuse.schedules import conv2d_nhwc_fused, winograd
 from tvm_fuse.errors import UserError
 from tvm_fuse.tuning import RecordsError, check_records, cli, extract_tasks, tuner
 
@@ -98,6 +98,44 @@ def test_applied_records_change_the_schedule_and_stay_correct(tmp_path, layer_ta
     assert chosen.index == index and not chosen.is_fallback
     mod, params = examples.small_layer()
     testing.assert_matches_stock(mod, params, tvm_fuse.build(mod, params, tuning_records=log))
+
+
+@pytest.fixture(scope="module")
+def winograd_task():
+    mod, params = examples.small_layer(size=16)  # 3x3, 16 channels, 16x16: Winograd F(4x4)
+    return mod, params, task_of(mod, params)
+
+
+def test_a_log_of_winograd_records_alone_is_checked_and_applied(tmp_path, winograd_task):
+    """A model whose only tunable kernel is the Winograd one tunes to a log without a record of
+    the direct kernel: its knobs are checked and the build applies it (not the fallback)."""
+    mod, params, task = winograd_task
+    assert task.name == winograd.NAME
+    default = tuner.default_config_index(task)
+    index = next(i for i in range(len(task.config_space)) if i != default)
+    log = write_log(tmp_path / "winograd.log", task, [index])
+    records = check_records(log)
+    with autotvm.apply_history_best(records) as best:
+        chosen = best.query(task.target, task.workload)
+    assert chosen.index == index and not chosen.is_fallback
+    testing.assert_matches_stock(mod, params, tvm_fuse.build(mod, params, tuning_records=log))
+
+
+def test_a_winograd_knob_outside_its_config_space_refuses_the_log(tmp_path, winograd_task):
+    mod, params, task = winograd_task
+    (line,) = open(write_log(tmp_path / "good.log", task, [0]), encoding="utf-8").readlines()
+    row = json.loads(line)
+    row["config"]["entity"] = [
+        [knob, kind, 99 if knob == "block_rows" else value]  # the map has 4 tile rows
+        for knob, kind, value in row["config"]["entity"]
+    ]
+    bad = tmp_path / "bad.log"
+    bad.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    message = f"line 1 sets block_rows=99, which is not one of {winograd.NAME}'s choices"
+    with pytest.raises(RecordsError, match=re.escape(message)):
+        check_records(bad)
+    with pytest.raises(RecordsError, match=re.escape(message)):
+        tvm_fuse.build(mod, params, tuning_records=str(bad))
 
 
 def corrupt(lines):

@@ -31,6 +31,10 @@ from .schedules import generic, packing, tiling, transposes, winograd, winograd_
 from .schedules import winograd_weights
 from .spec import KernelSpec
 
+#: The AutoTVM templates of the fused op's fast kernels: the ones with knobs, which
+#: ``tvm_fuse.tune`` tunes and a tuning log applies to (the generic kernel has none).
+TUNABLE_KERNELS = (fast.NAME, winograd.NAME)
+
 
 def wrap_compute(topi_compute):
     """Adapt a ``schedules`` compute ``(spec, data, weight, bias, residual)`` to the strategy's

@@ -7,12 +7,13 @@ and the reason, never a half-applied log. Refused:
 - a missing or empty file, a line that is not an AutoTVM JSON record (garbage, a truncated line);
 - a *foreign* log: a record tuned for another target -- a different target kind, ``-mcpu`` or
   ``-mtriple`` than the build's (``-num-cores`` and other flags may differ) -- or a log with no
-  record of the fused kernel at all (a log of other ops only);
-- a *stale* record of the fused kernel: its knobs are not the template's current knobs, or a
-  knob's value is not one of the template's choices for that workload (e.g. ``owb=0``, which
-  would fail deep inside the schedule).
+  record of a fused kernel at all (a log of other ops only);
+- a *stale* record of a fused kernel (the direct or the Winograd template,
+  ``strategy.TUNABLE_KERNELS``): its knobs are not the template's current knobs, or a knob's
+  value is not one of the template's choices for that workload (e.g. ``owb=0``, which would
+  fail deep inside the schedule).
 
-Accepted and ignored by the build: records of the fused kernel for workloads the model does not
+Accepted and ignored by the build: records of the fused kernels for workloads the model does not
 have (the analytic default is used for kernels without a record), records of other ops
 (applied by ``apply_history_best`` to those ops as usual), failed measurements.
 """
@@ -27,7 +28,7 @@ from tvm import autotvm
 
 from .. import dispatch
 from ..errors import UserError
-from ..schedules.conv2d_nhwc_fused import NAME as FUSED_TASK
+from ..strategy import TUNABLE_KERNELS
 from ..target import as_target
 
 #: Target attributes that must agree between a record and the build.
@@ -100,24 +101,25 @@ def _template_knobs(task_name, args, target, cache: dict) -> dict:
 
 
 def _check_knobs(path, number, inp, target, cache) -> None:
+    template = inp.task.name
     try:
-        knobs = _template_knobs(inp.task.name, inp.task.args, target, cache)
+        knobs = _template_knobs(template, inp.task.args, target, cache)
     except Exception as err:  # noqa: BLE001  (any failure means: not a workload of this kernel)
         raise RecordsError(
             f"{path}: line {number}: the workload {inp.task.args} is not one of "
-            f"{FUSED_TASK} ({str(err).strip().splitlines()[-1] if str(err).strip() else err})"
+            f"{template} ({str(err).strip().splitlines()[-1] if str(err).strip() else err})"
         ) from None
     have = dict(inp.config._entity_map)  # pylint: disable=protected-access  (name -> entity)
     if set(have) != set(knobs):
         raise RecordsError(
-            f"{path}: line {number} sets the knobs {sorted(have)}, but {FUSED_TASK} now has "
+            f"{path}: line {number} sets the knobs {sorted(have)}, but {template} now has "
             f"{sorted(knobs)}: the log was made with another version of the schedule; tune again"
         )
     for name, entity in have.items():
         if repr(entity) not in knobs[name]:
             raise RecordsError(
                 f"{path}: line {number} sets {name}={entity!r}, which is not one of "
-                f"{FUSED_TASK}'s choices for this workload ({', '.join(sorted(knobs[name]))}); "
+                f"{template}'s choices for this workload ({', '.join(sorted(knobs[name]))}); "
                 "the log is corrupt or was edited: tune again"
             )
 
@@ -130,15 +132,15 @@ def check_records(path, target=None) -> list:
     fused = 0
     for number, (inp, _) in numbered:
         _check_target(path, number, inp, target)
-        if inp.task.name == FUSED_TASK:
+        if inp.task.name in TUNABLE_KERNELS:
             fused += 1
             with target:
                 _check_knobs(path, number, inp, target, cache)
     if not fused:
         names = sorted({inp.task.name for _, (inp, _) in numbered})
         raise RecordsError(
-            f"{path}: no record of {FUSED_TASK} (the log has {', '.join(names)}): a log of other "
-            "ops; tune this model with 'tvm-fuse tune'"
+            f"{path}: no record of {' or '.join(TUNABLE_KERNELS)} (the log has "
+            f"{', '.join(names)}): a log of other ops; tune this model with 'tvm-fuse tune'"
         )
     return [record for _, record in numbered]
 
