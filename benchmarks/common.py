@@ -290,9 +290,9 @@ def run_case(
 
     ``preparers[name]()`` builds the implementation and returns its Runner, or raises
     ``Skip`` with a note. With ``exact`` (a float64 reference), every result also records
-    its ``err_f64`` (``relative_error``). A failing build or run is recorded as ``error`` and printed; the
-    other implementations still run. The reference is prepared first; the timing is
-    interleaved (``time_interleaved``).
+    its ``err_f64`` (``relative_error``). A failing build or run is recorded as ``error`` and
+    printed; the other implementations still run. The reference is prepared first; the timing
+    is interleaved (``time_interleaved``).
     """
     order = [reference] + [name for name in preparers if name != reference]
     results, runners, ref_out = {}, {}, None
@@ -356,8 +356,9 @@ def ratio(a: float | None, b: float | None) -> float | None:
 def case_record(results: dict[str, Result], versus, gflop=None, peak_gflops=None) -> dict:
     """The JSON record of one case: every result, the best peer and tvm_fuse's ratios.
 
-    A "peer" is every implementation but tvm_fuse's own (``tvm_fuse*``); ``versus`` names the peers that get a ratio
-    of their own (present or not, so that every record has the same keys).
+    A "peer" is every implementation but tvm_fuse's own (``tvm_fuse*``); ``versus`` names the
+    peers that get a ratio of their own (present or not, so that every record has the same
+    keys).
     """
     fuse, stock = results["tvm_fuse"], results.get("tvm_nchwc")
     best, best_ms = best_of(results, [name for name in results if not name.startswith("tvm_fuse")])

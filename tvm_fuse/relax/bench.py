@@ -6,17 +6,19 @@
 Each model is written by ``tvm_fuse.onnx_example`` as ``tvm_fuse.bench.layer_table`` lists it
 (``block``: the residual block at 64 channels on 56x56; ``resnet18``/``resnet50``: ResNets at
 224x224, BatchNorm kept; ``layer:NAME``: a conv -> BN -> ReLU of the layer table), imported with
-``from_onnx``, built by ``tvm_fuse.relax.build`` and, with ``--stock``, by ``tvm.compile`` of the imported module
-(Relax's default pipeline: its convs are unscheduled loop nests). ``--tune TRIALS`` adds
-tvm_fuse tuned (``tvm_fuse.relax.tune``, TRIALS measurements per kernel); ``--meta-schedule
-TRIALS`` adds stock Relax tuned by meta_schedule (as ``relax.pipeline.static_shape_tuning_pipeline``
-does it, TRIALS trials per task); the wall time of each tuning is reported. The
+``from_onnx``, built by ``tvm_fuse.relax.build`` and, with ``--stock``, by ``tvm.compile`` of
+the imported module (Relax's default pipeline: its convs are unscheduled loop nests).
+``--tune TRIALS`` adds tvm_fuse tuned (``tvm_fuse.relax.tune``, TRIALS measurements per
+kernel); ``--meta-schedule TRIALS`` adds stock Relax tuned by meta_schedule (as
+``relax.pipeline.static_shape_tuning_pipeline`` does it, TRIALS trials per task); the wall
+time of each tuning is reported. The
 runs are interleaved (``rounds`` rounds of each); the median of each is printed in ms with the
 load average, and every build's output is checked against the first's. Machines are shared and
 noisy: compare ratios within one run. Speed is never asserted in tests. ``--profile N`` also
 times tvm_fuse's kernels one by one and sums them by algorithm (``profile``; ``--peak`` gives
-the % of the FMA peak), their sum beside the whole model's time (``kernel_profile.whole_model``). ``--json`` writes the table with the machine, the command line and the
-budgets.
+the % of the FMA peak), their sum beside the whole model's time
+(``kernel_profile.whole_model``). ``--json`` writes the table with the machine, the command
+line and the budgets. ``--models`` takes names space- or comma-separated.
 """
 
 from __future__ import annotations
