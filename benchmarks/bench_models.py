@@ -218,7 +218,8 @@ def profile(mod, params, data, target, top: int, peak_gflops=None, specs=None) -
             pct = kernel_profile.pct_of_peak(kernel["gflop"], kernel["ms"], peak_gflops)
             kernel["pct_peak"] = pct
         kernels.append(kernel)
-    weight_bytes = sum(value.numpy().nbytes for value in lib.get_params().values())
+    params = lib.get_params().values()
+    weight_bytes = sum(kernel_profile.tensor_bytes(v.shape, v.dtype) for v in params)
     return kernel_profile.profile(kernels, top, peak_gflops, weight_bytes)
 
 

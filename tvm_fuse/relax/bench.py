@@ -11,14 +11,13 @@ the imported module (Relax's default pipeline: its convs are unscheduled loop ne
 ``--tune TRIALS`` adds tvm_fuse tuned (``tvm_fuse.relax.tune``, TRIALS measurements per
 kernel); ``--meta-schedule TRIALS`` adds stock Relax tuned by meta_schedule (as
 ``relax.pipeline.static_shape_tuning_pipeline`` does it, TRIALS trials per task); the wall
-time of each tuning is reported. The
-runs are interleaved (``rounds`` rounds of each); the median of each is printed in ms with the
-load average, and every build's output is checked against the first's. Machines are shared and
-noisy: compare ratios within one run. Speed is never asserted in tests. ``--profile N`` also
-times tvm_fuse's kernels one by one and sums them by algorithm (``profile``; ``--peak`` gives
-the % of the FMA peak), their sum beside the whole model's time
-(``kernel_profile.whole_model``). ``--json`` writes the table with the machine, the command
-line and the budgets. ``--models`` takes names space- or comma-separated.
+time of each tuning is reported. The runs are interleaved (``rounds`` rounds of each); the
+median of each is printed in ms with the load average, and every build's output is checked
+against the first's. Machines are shared and noisy: compare ratios within one run. Speed is
+never asserted in tests. ``--profile N`` also times tvm_fuse's kernels one by one and sums them
+by algorithm (``profile``; ``--peak`` gives the % of the FMA peak), their sum beside the whole
+model's time (``kernel_profile.whole_model``). ``--json`` writes the table with the machine,
+the command line and the budgets. ``--models`` takes names space- or comma-separated.
 """
 
 from __future__ import annotations
@@ -174,7 +173,11 @@ def profile(mod, target, top: int, peak_gflops: float | None = None) -> dict:
     for call in api.op_calls(lowered["main"], "relax.call_tir"):
         func = lowered[call.args[0]]
         args = [*call.args[1].fields, call]
-        weights.update((a, _nbytes(a)) for a in args[:-1] if _is_weight(a))
+        weights.update(
+            (a, kernel_profile.tensor_bytes(compat.tensor_shape(a), compat.tensor_dtype(a)))
+            for a in args[:-1]
+            if _is_weight(a)
+        )
         key = (call.args[0].name_hint, tuple(compat.tensor_shape(a) for a in args))
         if key not in timed:
             timed[key] = _time_alone(func, args, target)
@@ -191,11 +194,6 @@ def profile(mod, target, top: int, peak_gflops: float | None = None) -> dict:
 def _is_weight(expr) -> bool:
     """A constant tensor (0.27's scalars are constants too)."""
     return isinstance(expr, compat.Constant) and compat.tensor_shape(expr) is not None
-
-
-def _nbytes(expr) -> int:
-    """Bytes of a tensor-valued expression of static shape."""
-    return int(np.prod(compat.tensor_shape(expr))) * np.dtype(compat.tensor_dtype(expr)).itemsize
 
 
 def _time_alone(func, args, target) -> float:
