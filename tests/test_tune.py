@@ -16,24 +16,39 @@ import tvm
 import tvm.relay.testing
 from tvm import autotvm
 from tvm.autotvm.measure import MeasureInput, MeasureResult
+from tvm.autotvm.measure import measure
 
 import tvm_fuse
-from tvm_fuse import examples, onnx_example, strategy, testing
+from tvm_fuse import dispatch, examples, onnx_example, strategy, testing
 from tvm_fuse.schedules import conv2d_nhwc_fused, winograd
 from tvm_fuse.errors import UserError
-from tvm_fuse.tuning import RecordsError, check_records, cli, extract_tasks, tuner
+from tvm_fuse.tuning import (
+    RecordsError,
+    check_records,
+    cli,
+    extract_tasks,
+    records_to_apply,
+    tuner,
+)
 
 FAST = "conv2d_nhwc_fused.x86"
 
 
-def write_log(path, task, indices, target=None, cost=1e-3):
-    """A log with one successful record of ``task`` per config index."""
+def write_log(path, task, indices, target=None, cost=1e-3, error_no=0):
+    """A log with one record of ``task`` per config index, each measured at ``cost`` seconds
+    (a list: one cost per index)."""
+    costs = cost if isinstance(cost, list) else [cost] * len(indices)
     with open(path, "a", encoding="utf-8") as log:
-        for index in indices:
+        for index, seconds in zip(indices, costs):
             inp = MeasureInput(target or task.target, task, task.config_space.get(index))
-            res = MeasureResult((cost,), 0, 0.1, time.time())
+            res = MeasureResult((seconds,), error_no, 0.1, time.time())
             log.write(autotvm.record.encode(inp, res) + "\n")
     return str(path)
+
+
+def applied_index(records, task) -> int:
+    with autotvm.apply_history_best(records) as best:
+        return best.query(task.target, task.workload).index
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +113,28 @@ def test_applied_records_change_the_schedule_and_stay_correct(tmp_path, layer_ta
     assert chosen.index == index and not chosen.is_fallback
     mod, params = examples.small_layer()
     testing.assert_matches_stock(mod, params, tvm_fuse.build(mod, params, tuning_records=log))
+
+
+def test_a_config_measured_once_applies_by_its_time_as_in_autotvm(tmp_path, layer_task):
+    log = write_log(tmp_path / "once.log", layer_task, [1, 2, 3], cost=[3e-3, 1e-3, 2e-3])
+    assert applied_index(records_to_apply(log), layer_task) == 2
+    assert applied_index(check_records(log), layer_task) == 2
+
+
+def test_a_config_measured_again_applies_by_its_median(tmp_path, layer_task):
+    """Config 1 was fastest once and slower in three measurements since; config 2 was steady:
+    AutoTVM's rule (the lowest time) applies 1, tvm_fuse's (the lowest median) 2. Failed
+    measurements count for nothing."""
+    log = tmp_path / "again.log"
+    write_log(log, layer_task, [1, 1, 1, 1], cost=[0.5e-3, 1.2e-3, 1.3e-3, 1.2e-3])
+    write_log(log, layer_task, [2, 2, 2, 2], cost=[1.0e-3, 1.1e-3, 0.9e-3, 1.0e-3])
+    write_log(log, layer_task, [3], cost=1e-5, error_no=4)
+    assert applied_index(check_records(log), layer_task) == 1
+    chosen = records_to_apply(log)
+    assert {inp.config.index for inp, _ in chosen} == {2} and len(chosen) == 4
+    assert applied_index(chosen, layer_task) == 2
+    built = dispatch.checked_records(log, layer_task.target)  # what tvm_fuse.build applies
+    assert [inp.config.index for inp, _ in built] == [2, 2, 2, 2]
 
 
 @pytest.fixture(scope="module")
@@ -213,13 +250,83 @@ def test_tune_locally_then_build_with_the_records(tmp_path):
         mod, params, log_file=log, n_trial=4, runner=runner, tuner="random", stream=stream
     )
     (task,) = done.tasks
-    assert done.records_written == task.trials == 4
+    again = 2 * tuner.CONFIRM_ROUNDS if task.confirmed else 0  # the best was not the default
+    assert task.trials == 4 and done.records_written == 4 + again
     assert task.best_seconds and task.best_gflops > 0
     records = check_records(log)
-    assert len(records) == 4 and all(res.error_no == 0 for _, res in records)
+    assert len(records) == 4 + again and all(res.error_no == 0 for _, res in records)
     assert records[0][0].config.index == tuner.default_config_index(task_of(mod, params))
     assert "[1/1] data [1,14,14,16]" in stream.getvalue() and "4/4 trials" in stream.getvalue()
     testing.assert_matches_stock(mod, params, tvm_fuse.build(mod, params, tuning_records=str(log)))
+
+
+class ScriptedMeasure(measure.Builder, measure.Runner):
+    """Builder and runner in one that measures nothing: config ``index``'s k-th measurement
+    takes ``times[index][k]`` seconds (the last one once they run out), any other config 9 ms."""
+
+    def __init__(self, times: dict):
+        measure.Builder.__init__(self, n_parallel=2)
+        self.times, self.measured = times, []
+
+    def set_task(self, task, build_kwargs=None):  # pylint: disable=arguments-differ
+        measure.Builder.set_task(self, task, build_kwargs)
+
+    def get_build_kwargs(self):
+        return {}
+
+    def build(self, measure_inputs):
+        return [None] * len(measure_inputs)
+
+    def run(self, measure_inputs, build_results):
+        results = []
+        for inp in measure_inputs:
+            index = inp.config.index
+            times = self.times.get(index, [9e-3])
+            seconds = times[min(self.measured.count(index), len(times) - 1)]
+            self.measured.append(index)
+            results.append(MeasureResult((seconds,), 0, 0.0, time.time()))
+        return results
+
+
+@pytest.mark.parametrize("searched_later, applied", [(1.2e-3, "default"), (0.6e-3, "searched")])
+def test_the_search_best_is_measured_again_against_the_default(
+    tmp_path, layer_task, searched_later, applied
+):
+    """The search's best (0.5 ms once) is measured ``CONFIRM_ROUNDS`` more times alternately with
+    the default (1 ms): it applies only if its median stays below the default's."""
+    mod, params = examples.small_layer()
+    default = tuner.default_config_index(layer_task)
+    searched = 0 if default else 1  # the grid tuner's first config
+    measure = ScriptedMeasure({default: [1e-3], searched: [0.5e-3, searched_later]})
+    log, stream = tmp_path / "confirm.log", io.StringIO()
+    done = tvm_fuse.tune(
+        mod, params, log_file=log, n_trial=3, runner=measure, builder=measure, tuner="grid",
+        stream=stream,
+    )
+    (task,) = done.tasks
+    rounds = [default, searched] * tuner.CONFIRM_ROUNDS
+    assert measure.measured[0] == default and measure.measured[-len(rounds):] == rounds
+    assert task.trials == 3 and done.records_written == 3 + len(rounds)
+    assert task.best_index == searched and task.best_seconds == 0.5e-3
+    assert task.confirmed == (1e-3, searched_later)
+    assert applied_index(check_records(log), layer_task) == searched  # AutoTVM's rule
+    want = searched if applied == "searched" else default
+    assert applied_index(records_to_apply(log), layer_task) == want
+    winner = "the search's best" if applied == "searched" else "the default"
+    assert "medians: default 1.000 ms, search's best" in stream.getvalue()
+    assert f"{winner} applies" in stream.getvalue()
+
+
+def test_no_confirmation_when_the_default_is_the_best(tmp_path, layer_task):
+    mod, params = examples.small_layer()
+    default = tuner.default_config_index(layer_task)
+    measure = ScriptedMeasure({default: [1e-3]})
+    done = tvm_fuse.tune(
+        mod, params, log_file=tmp_path / "d.log", n_trial=3, runner=measure, builder=measure,
+        tuner="grid", stream=io.StringIO(),
+    )
+    assert done.records_written == 3 and done.tasks[0].confirmed is None
+    assert len(measure.measured) == 3
 
 
 @pytest.mark.parametrize(

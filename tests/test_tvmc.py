@@ -162,16 +162,18 @@ def test_tvm_fuse_tvmc_keeps_the_stock_options(capsys):
         assert option in out
 
 
-def _write_records(path, workloads) -> dict:
-    """One record per workload with config 0 of its space (not the analytic fallback)."""
+def _write_records(path, workloads, index=0, costs=(1e-4,)) -> dict:
+    """Records of config ``index`` of each workload (0: not the analytic fallback), one per
+    cost in seconds, appended to ``path``."""
     chosen = {}
-    with open(path, "w", encoding="utf-8") as log:
+    with open(path, "a", encoding="utf-8") as log:
         for workload in workloads:
             task = autotvm.task.create(workload[0], workload[1:], target=TARGET)
-            config = task.config_space.get(0)
+            config = task.config_space.get(index)
             inp = autotvm.measure.MeasureInput(task.target, task, config)
-            res = autotvm.measure.MeasureResult((1e-4,), 0, 1.0, 0.0)
-            log.write(autotvm.record.encode(inp, res) + "\n")
+            for seconds in costs:
+                res = autotvm.measure.MeasureResult((seconds,), 0, 1.0, 0.0)
+                log.write(autotvm.record.encode(inp, res) + "\n")
             chosen[workload] = config.index
     return chosen
 
@@ -207,6 +209,21 @@ def test_tuning_records_pass_through_to_the_fused_kernels(work, monkeypatch):
     _assert_same_outputs(got, work["stock"])
 
 
+def test_tvmc_applies_records_by_their_median_as_tvm_fuse_build_does(work, monkeypatch):
+    """Config 1 was fastest once and slow three times since, config 2 steady: tvmc's own rule
+    (the fastest record) would apply 1; with the tvm_fuse target it applies 2."""
+    model = frontends.load_model(work["model"])
+    workloads = fused_workloads(model.mod, model.params, target=TARGET)
+    records = str(work["root"] / "measured_again.log")
+    _write_records(records, workloads, index=1, costs=(0.5e-4, 2e-4, 2e-4, 2e-4))
+    steady = _write_records(records, workloads, index=2, costs=(1e-4,) * 4)
+    applied = _applied_configs(monkeypatch)
+    package = str(work["root"] / "median.tar")
+    argv = ["compile", "--target", f"tvm_fuse, {TARGET}", "--tuning-records", records]
+    assert fuse_tvmc.main(argv + ["-o", package, work["model"]]) == 0
+    assert applied == steady
+
+
 # -- tvmc tune with the composite target -------------------------------------------------------------
 def _fused_task_indices(listing: str) -> list[str]:
     """The indices of the fused-kernel tasks in ``tvmc tune --tasks list``'s table."""
@@ -238,7 +255,7 @@ def test_tvmc_tune_tunes_the_fused_kernels_and_compile_applies_the_records(
     assert check_records(log, TARGET)  # the same records as tvm-fuse tune's
 
     ok = [(np.mean(r.costs), i.task.workload, i.config.index) for i, r in records if not r.error_no]
-    best = {}  # the fastest record of each workload, as apply_history_best picks it
+    best = {}  # the fastest record of each workload (one record per config: also the median's)
     for _, workload, index in sorted(ok, key=lambda measured: measured[0]):
         best.setdefault(workload, index)
     applied = _applied_configs(monkeypatch)

@@ -22,14 +22,14 @@ _records_checker: Callable | None = None
 
 
 def set_records_checker(checker: Callable) -> None:
-    """Register how a tuning log is validated and read (``tuning.records.check_records``)."""
+    """Register how a tuning log is validated and read (``tuning.records.records_to_apply``)."""
     global _records_checker  # pylint: disable=global-statement  (one hook, set once)
     _records_checker = checker
 
 
 def checked_records(path, target) -> list | None:
-    """Every record of the log at ``path``, validated for ``target`` by the registered checker
-    (None for no log)."""
+    """The records of the log at ``path`` to apply, validated for ``target`` by the registered
+    checker (None for no log)."""
     if path is None:
         return None
     if _records_checker is None:

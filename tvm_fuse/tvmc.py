@@ -20,19 +20,22 @@ under the ``--target``'s TVM target, so the pipeline packs the weights for it; i
 ``-mcpu=native`` (which TVM's LLVM would turn into ``generic``, no AVX) to this machine's CPU, and
 gives tvmc's ``tune`` the TVM target where tvmc 0.19 passes the whole composite string to the
 auto-scheduler's hardware parameters (it crashes there otherwise). With the ``tvm_fuse`` target,
-``compile`` gives the graph executor tvm_fuse's memory plan (``tvm_fuse.memory``), as
-``tvm_fuse.build`` does. The composite target takes
+``compile`` gives the graph executor tvm_fuse's memory plan (``tvm_fuse.memory``) and applies
+``--tuning-records`` by tvm_fuse's rule (each workload's config of lowest median time,
+``tuning.records``), as ``tvm_fuse.build`` does. The composite target takes
 no options of its own: ``--target "tvm_fuse -x=1, llvm"`` is refused.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import sys
 from unittest import mock
 
 import tvm
+from tvm import autotvm
 from tvm.driver import tvmc as stock_tvmc
 from tvm.driver.tvmc import autotuner, compiler, composite_target
 from tvm.driver.tvmc import main as tvmc_main
@@ -42,6 +45,7 @@ from . import onnx_compat
 from .dispatch import build_context
 from .api import optimize
 from .memory.apply import apply_to_factory
+from .tuning.records import chosen_configs, read_records
 
 NAME = "tvm_fuse"
 
@@ -146,6 +150,21 @@ def _tvm_target_for_hardware_params():
         yield
 
 
+@contextlib.contextmanager
+def _config_choice():
+    """tvmc's ``compile`` applies a log with AutoTVM's rule (each workload's fastest record);
+    the ``tvm_fuse`` target applies it with ``tvm_fuse.build``'s (``records.chosen_configs``)."""
+    stock = autotvm.apply_history_best
+
+    def apply_history_best(records):
+        if isinstance(records, (str, os.PathLike)):
+            records = chosen_configs(read_records(records))
+        return stock(records)
+
+    with mock.patch.object(autotvm, "apply_history_best", apply_history_best):
+        yield
+
+
 def main(argv=None) -> int:
     """tvmc with tvm_fuse registered: ``main(["compile", ...])``; returns tvmc's exit code."""
     register()
@@ -159,6 +178,7 @@ def main(argv=None) -> int:
             scope.enter_context(target)
         if NAME in composites:
             scope.enter_context(_memory_plan())
+            scope.enter_context(_config_choice())
         # tvmc's ``main()`` reads sys.argv and exits; ``_main(argv)`` is the same without that.
         code = tvmc_main._main(argv)  # pylint: disable=protected-access  (argv-taking entry)
     return int(code or 0)  # tvmc's tune returns None when it is done

@@ -16,11 +16,19 @@ and the reason, never a half-applied log. Refused:
 Accepted and ignored by the build: records of the fused kernels for workloads the model does not
 have (the analytic default is used for kernels without a record), records of other ops
 (applied by ``apply_history_best`` to those ops as usual), failed measurements.
+
+Which config a build applies (``records_to_apply``): per workload, the one with the lowest
+*median* time over its records. A config measured once counts by that measurement, as in
+AutoTVM's own rule (the lowest time); ``tvm_fuse.tune`` measures the search's best again against
+the analytic default, alternately, and those repeats then decide: the fastest of many single
+measurements is the one most flattered by the machine's noise, and was seen slower than the
+default when rerun.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import tempfile
 from pathlib import Path
 
@@ -145,6 +153,29 @@ def check_records(path, target=None) -> list:
     return [record for _, record in numbered]
 
 
+def records_to_apply(path, target=None) -> list:
+    """The checked records of the log at ``path`` that a build applies (:func:`chosen_configs`)."""
+    return chosen_configs(check_records(path, target))
+
+
+def chosen_configs(records) -> list:
+    """Of ``records``, per workload those of the config with the lowest median time (see the
+    module docstring); failed measurements dropped."""
+    by_workload: dict = {}
+    for inp, res in records:
+        if res.error_no == 0:
+            configs = by_workload.setdefault(inp.task.workload, {})
+            configs.setdefault(inp.config.index, []).append((inp, res))
+    chosen = []
+    for configs in by_workload.values():
+        chosen += min(configs.values(), key=_median_seconds)
+    return chosen
+
+
+def _median_seconds(records: list) -> float:
+    return statistics.median(sum(res.costs) / len(res.costs) for _, res in records)
+
+
 def check_log_path(log, spelled: str = "log_file=") -> Path:
     """``log``, a path ``tune`` may append records to: not a directory, an existing file there
     is an AutoTVM log, its folder can be written; else a RecordsError naming ``spelled``."""
@@ -179,4 +210,4 @@ def _require_writable_folder(path: Path, spelled: str) -> None:
         ) from None
 
 
-dispatch.set_records_checker(check_records)  # how tvm_fuse.build validates its tuning_records
+dispatch.set_records_checker(records_to_apply)  # how tvm_fuse.build reads its tuning_records

@@ -3,6 +3,9 @@
 Each task (``tasks.extract_tasks``) gets ``n_trial`` measurements (at most its space size): the
 first is the analytic default (``tasks.default_config_index``), so the log's best is never a
 config measured slower than what an untuned build gets; the rest come from an AutoTVM tuner.
+When the search's best is not the default, both are measured ``CONFIRM_ROUNDS`` times more,
+alternately, and the build applies whichever has the lower median (``records.records_to_apply``):
+the fastest of many single measurements is the one noise flattered most.
 Every measurement is appended to ``log_file`` as one AutoTVM record line
 (``autotvm.callback.log_to_file``), failed ones included, so the log is valid after every batch.
 Measurement is local (:class:`LoopbackRunner`) unless a runner, or a tracker and key, are given.
@@ -22,6 +25,7 @@ import contextlib
 import dataclasses
 import logging
 import shutil
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -55,6 +59,11 @@ class TaskResult:
     best_seconds: float | None = None
     flop: float = 0.0
     first_error: str | None = None
+    #: the config index of ``best_seconds``
+    best_index: int | None = None
+    #: (analytic default, search's best): each one's median seconds over all its measurements,
+    #: when the best was measured again against the default (``CONFIRM_ROUNDS``)
+    confirmed: tuple[float, float] | None = None
 
     @property
     def best_gflops(self) -> float | None:
@@ -84,6 +93,10 @@ def default_tuner() -> str:
         return "ga"
     return "xgb"
 
+
+#: Measurements of the analytic default and of the search's best, alternately, after the search
+#: (when the best is not the default): the build applies the one with the lower median.
+CONFIRM_ROUNDS = 3
 
 #: Shortest timing of one repeat: shorter ones were dominated by the measuring process's
 #: warm-up (the first config of a session measured at up to 2x its real time on rocketlake).
@@ -163,26 +176,62 @@ def describe_workload(workload) -> str:
     return text + (f" winograd F{fields['winograd_tile']}" if template is winograd else "")
 
 
+class _Replay(autotvm.tuner.Tuner):
+    """Measures the configs of ``indices`` in that order, repeats included (AutoTVM's tuners
+    measure a config once)."""
+
+    def __init__(self, task, indices):
+        super().__init__(task)
+        self.queue = list(indices)
+
+    def has_next(self):
+        return bool(self.queue)
+
+    def next_batch(self, batch_size):
+        batch, self.queue = self.queue[:batch_size], self.queue[batch_size:]
+        return [self.task.config_space.get(index) for index in batch]
+
+    def update(self, inputs, results):
+        pass
+
+
+def _seconds(res) -> float:
+    return sum(res.costs) / len(res.costs)
+
+
 class _Progress:
     """The tuning callback that keeps a TaskResult and prints the task's lines."""
 
     def __init__(self, result: TaskResult, label: str, n_trial: int, stream):
         self.result, self.label, self.n_trial, self.stream = result, label, n_trial, stream
         self.live = bool(getattr(stream, "isatty", lambda: False)())
+        self.seconds: dict[int, list[float]] = {}  # config index -> its successful measurements
 
     def __call__(self, _tuner, inputs, results):
-        for res in results:
+        for inp, res in zip(inputs, results):
             self.result.trials += 1
             if res.error_no != 0:
                 self.result.failures += 1
                 self.result.first_error = self.result.first_error or _error_line(res)
                 continue
-            seconds = sum(res.costs) / len(res.costs)
+            self.remember(_tuner, [inp], [res])
+            seconds = _seconds(res)
             if self.result.best_seconds is None or seconds < self.result.best_seconds:
                 self.result.best_seconds = seconds
+                self.result.best_index = inp.config.index
         if self.live:
             self.stream.write(f"\r{self.line()}")
             self.stream.flush()
+
+    def remember(self, _tuner, inputs, results):
+        """Keep the successful measurements (a callback of the confirmation rounds)."""
+        for inp, res in zip(inputs, results):
+            if res.error_no == 0:
+                self.seconds.setdefault(inp.config.index, []).append(_seconds(res))
+
+    def median(self, index: int) -> float | None:
+        times = self.seconds.get(index)
+        return statistics.median(times) if times else None
 
     def line(self) -> str:
         r = self.result
@@ -191,6 +240,13 @@ class _Progress:
             gflops = f", {r.best_gflops:.1f} GFLOP/s" if r.best_gflops else ""
             best = f"best {r.best_seconds * 1e3:.3f} ms{gflops}"
         line = f"{self.label}: {r.trials}/{self.n_trial} trials, {r.failures} failed, {best}"
+        if r.confirmed:
+            default, searched = r.confirmed
+            applied = "the search's best" if searched < default else "the default"
+            line += (
+                f"; measured again {CONFIRM_ROUNDS}x, medians: default {default * 1e3:.3f} ms, "
+                f"search's best {searched * 1e3:.3f} ms: {applied} applies"
+            )
         return line + (f" (first failure: {r.first_error})" if r.first_error else "")
 
     def done(self) -> None:
@@ -275,10 +331,15 @@ def _tune_task(session: _Session, index: int, task) -> None:
     chain = [log, _counter(session.result), progress, *session.callbacks]
     try:
         default = default_config_index(task)
-        first = autotvm.tuner.GridSearchTuner(task, range_idx=(default, default))
-        first.tune(1, session.measure, callbacks=chain)
+        _Replay(task, [default]).tune(1, session.measure, callbacks=chain)
         if trials > 1:
             TUNERS[session.tuner](task).tune(trials - 1, session.measure, callbacks=chain)
+        best = task_result.best_index
+        if best is not None and best != default and progress.median(default) is not None:
+            confirm = [log, _counter(session.result), progress.remember, *session.callbacks]
+            rounds = [default, best] * CONFIRM_ROUNDS
+            _Replay(task, rounds).tune(len(rounds), session.measure, callbacks=confirm)
+            task_result.confirmed = (progress.median(default), progress.median(best))
     finally:
         autotvm.GLOBAL_SCOPE.in_tuning = False  # autotvm leaves it set when interrupted
         progress.done()
