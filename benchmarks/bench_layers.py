@@ -223,7 +223,7 @@ def main(argv=None) -> int:
     )
     common.add_output_options(parser, "layers")
     args = parser.parse_args(argv)
-    target = _target_for(parser, args.mcpu)
+    target = target_for(parser, args.mcpu)
     default = QUICK_LAYERS if args.quick else LAYERS
     names = common.select(parser, args.layers or ",".join(default), LAYERS)
     cfg = common.QUICK if args.quick else common.FULL
@@ -233,7 +233,7 @@ def main(argv=None) -> int:
     return 0 if payload["ok"] else 1
 
 
-def _target_for(parser, mcpu: str | None):
+def target_for(parser, mcpu: str | None):
     """This machine's target, with ``-mcpu=mcpu`` when given (an unknown CPU: one line)."""
     if mcpu is None:
         return None

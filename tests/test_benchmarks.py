@@ -15,6 +15,7 @@ import pytest
 from tvm_fuse.bench import bench_layers, bench_models, common, fma_peak  # common: thread env
 from tvm_fuse.bench import kernel_profile
 
+import tvm  # noqa: E402
 import tvm_fuse  # noqa: E402
 from tvm_fuse import examples  # noqa: E402
 
@@ -32,7 +33,8 @@ def tiny_run(tmp_path_factory):
 
 def test_layer_json_has_every_implementation_and_ratio(tiny_run):
     payload, on_disk = tiny_run
-    assert set(on_disk) == {"machine", "timing", "fma_peak", "layers", "ok"}
+    assert set(on_disk) == {"machine", "built_for", "timing", "fma_peak", "layers", "ok"}
+    assert on_disk["built_for"] == str(tvm_fuse.host_target())
     (record,) = on_disk["layers"]
     assert record["layer"]["name"] == "tiny"
     assert record["gflop"] == pytest.approx(2 * 16 * 8 * 8 * 16 * 9 / 1e9)
@@ -92,6 +94,26 @@ def test_check_close_flags_a_wrong_output(capsys):
     assert not common.check_close("wrong", wrong, ref)["ok"]
     assert "CHECK FAILED wrong" in capsys.readouterr().out
     assert not common.check_close("shape", ref.T, ref)["ok"]
+
+
+def test_layers_built_for_another_cpu_run_its_code_and_say_so(tmp_path):
+    """--mcpu haswell: AVX2 code (8 lanes) on any x86 machine this project runs on."""
+    impls = ("tvm_fuse", "tvm_nchwc")
+    target = bench_layers.target_for(None, "haswell")
+    payload = bench_layers.run(
+        [TINY], common.QUICK, tmp_path / "l.json", impls, True, warm_up=False, target=target
+    )
+    assert "-mcpu=haswell" in payload["built_for"] and payload["fma_peak"]["lanes"] == 8
+    assert payload["ok"] and payload["layers"][0]["results"]["tvm_fuse"]["check"]["ok"]
+
+
+def test_an_unknown_cpu_is_one_line(capsys):
+    with pytest.raises(SystemExit):
+        bench_layers.main(["--mcpu", "pentium9", "--layers", "l2"])
+    here = tvm.target.codegen.llvm_get_system_cpu()
+    error = capsys.readouterr().err.strip().splitlines()[-1]  # after argparse's usage
+    want = f"error: --mcpu pentium9: LLVM does not know this CPU; e.g. znver3 (this one: {here})"
+    assert error.endswith(want)
 
 
 def test_fma_microkernel_is_fma_and_positive():
