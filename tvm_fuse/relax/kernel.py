@@ -9,11 +9,12 @@ both end in ``schedules.epilogue``; a Winograd spec (a ``WINO{m}_{VL}o`` weight)
 (``schedules.tiling``), and the loop nests are the Relay schedule's, written with
 ``tvm.s_tir.Schedule``:
 
-- along Wo: (N, Co blocks, Ho) fused and parallel; at each Wo tile the conv's ``owb`` x ``ocb``
-  register tile (a ``local`` buffer) accumulates over (Kh, Kw, Ci), unrolled, the channel lanes
-  vectorized; the epilogue is applied to it on its single store; the padded input rows are
-  computed inside the parallel loop;
-- flat (small maps, ragged Co): the conv over (N, Co blocks, Ho*Wo tiles) in parallel, the tile
+- along Wo: (N, Ho, Co blocks) fused and parallel (rows first, so that the cores split the map
+  as its producer and consumer do: ``schedules.conv2d_nhwc_fused`` says why); at each Wo tile
+  the conv's ``owb`` x ``ocb`` register tile (a ``local`` buffer) accumulates over (Kh, Kw, Ci),
+  unrolled, the channel lanes vectorized; the epilogue is applied to it on its single store; the
+  padded input rows are computed inside the parallel loop;
+- flat (small maps, ragged Co): the conv over (N, Ho*Wo tiles, Co blocks) in parallel, the tile
   in a local cache, then a vectorized epilogue pass.
 
 The generic fallback is scheduled too (parallel rows, vectorized channels, the reduction outside
@@ -174,8 +175,8 @@ def _schedule_rows(sch, spec: KernelSpec, tiles: tiling.Tiles):
     n, h, w, c = sch.get_loops(out)
     c_blk, c_vec, c_lane = sch.split(c, [None, tiles.ocb, lanes])
     w_blk, w_pix = sch.split(w, [None, tiles.owb])
-    sch.reorder(n, c_blk, h, w_blk, w_pix, c_vec, c_lane)
-    rows = sch.fuse(n, c_blk, h)
+    sch.reorder(n, h, c_blk, w_blk, w_pix, c_vec, c_lane)
+    rows = sch.fuse(n, h, c_blk)
     sch.parallel(rows)
     sch.unroll(w_pix)
     sch.unroll(c_vec)
@@ -204,8 +205,8 @@ def _schedule_flat(sch, spec: KernelSpec, tiles: tiling.Tiles):
     b, p, cv, cl = sch.get_loops(conv)
     p_blk, p_pix = sch.split(p, [None, tiles.owb])
     c_blk, c_vec = sch.split(cv, [None, tiles.ocb])
-    sch.reorder(b, c_blk, p_blk, p_pix, c_vec, cl)
-    tile_loop = sch.fuse(b, c_blk, p_blk)
+    sch.reorder(b, p_blk, c_blk, p_pix, c_vec, cl)
+    tile_loop = sch.fuse(b, p_blk, c_blk)
     sch.parallel(tile_loop)
     sch.vectorize(cl)
     sch.compute_at(local, tile_loop)
