@@ -7,6 +7,7 @@ kernels 1/3/5/7; stride 1/2; dilation 1/2; asymmetric padding; batch 1/2/4; maps
 
 import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
@@ -168,6 +169,16 @@ def test_lowered_fast_kernel_is_parallel_and_vectorized(case, flat):
     assert f"float32x{lanes}" in text  # the accumulators and the FMAs are VL-wide vectors
     assert "T.Broadcast" in text  # one input value broadcast to every lane
     assert ('"local"' in text) == flat  # the flat tile's accumulators: a local cache of the conv
+
+
+@pytest.mark.parametrize(
+    "case, loop", [("rows_w24", "n_h_fused_c_outer"), ("map7_flat_co20", "b_p_outer_fused_cv")]
+)
+def test_the_parallel_loop_takes_rows_before_co_blocks(case, loop):
+    """The cores split the map by rows (then Co blocks), as the kernels around this one do."""
+    s, args, _ = te_kernel(*TE_CASES[case])
+    loops = re.findall(r"for (\w+) in T\.parallel", str(tvm.lower(s, args)))
+    assert any(name.startswith(loop) for name in loops), loops
 
 
 @pytest.mark.parametrize("case", ["valid_1x1_w56", "valid_1x1_s2", "valid_3x3_w56"])

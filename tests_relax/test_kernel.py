@@ -5,6 +5,7 @@ Each case builds ``relax.kernel.prim_func(spec)`` alone with ``tvm.compile`` and
 """
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -117,6 +118,15 @@ def test_generic_fallback_matches_numpy(case, bias, rng, target):
     x, w, b, r = _inputs(spec, rng)
     got = _run(kernel.prim_func(spec), spec, x, w, b, r, target)
     assert_close(got, _reference(spec, x, w, b, r), rel=1e-5)
+
+
+@pytest.mark.parametrize("flat, loop", [(False, "n_h_c_0_fused"), (True, "ax0_ax1_0_ax2_0_fused")])
+def test_the_parallel_loop_takes_rows_before_co_blocks(flat, loop):
+    """As on Relay: (N, Ho, Co blocks) along Wo, (N, pixel tiles, Co blocks) when flat."""
+    spec = _packed(_spec("seed_s2"), 8)
+    tiles = dataclasses.replace(tiling.tiles_for(spec), flat=flat)
+    loops = re.findall(r"for (\w+) in T\.parallel", kernel.prim_func(spec, tiles).script())
+    assert loop in loops, loops
 
 
 @pytest.mark.parametrize("packed", [True, False], ids=["fast", "generic"])
