@@ -259,14 +259,15 @@ def bench_model(
     checked_against = "tvm_nchwc" if "tvm_nchwc" in impls else "onnxruntime"
     results = common.run_case(preps, reference=checked_against, cfg=cfg, exact=reference)
     record = {"model": name, **common.case_record(results, ("tvm_nchwc", "onnxruntime"))}
-    specs = _or_error(
+    described = _or_error(
         "describe", lambda: tvm_fuse.describe(tvm_fuse.optimize(mod, params, target))
     )
-    record["fused_kernels"] = fused_kernels(specs) if isinstance(specs, list) else specs
+    specs = described if isinstance(described, list) else None  # None: describe failed
+    record["fused_kernels"] = described if specs is None else fused_kernels(specs)
     if top:
         end_to_end_ms = results["tvm_fuse"].ms
 
-        def run_profile():
+        def run_profile():  # describes the model itself when the step above failed
             prof = profile(mod, params, data, target, top, peak_gflops, specs)
             return kernel_profile.whole_model(prof, end_to_end_ms) if end_to_end_ms else prof
 

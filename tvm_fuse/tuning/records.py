@@ -173,7 +173,12 @@ def chosen_configs(records) -> list:
 
 
 def _median_seconds(records: list) -> float:
-    return statistics.median(sum(res.costs) / len(res.costs) for _, res in records)
+    return statistics.median(mean_seconds(res) for _, res in records)
+
+
+def mean_seconds(res) -> float:
+    """The time of one successful measurement: the mean of its repeats (AutoTVM's ``costs``)."""
+    return sum(res.costs) / len(res.costs)
 
 
 def check_log_path(log, spelled: str = "log_file=") -> Path:

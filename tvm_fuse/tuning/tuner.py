@@ -37,7 +37,7 @@ from ..errors import UserError
 from ..schedules import winograd
 from ..target import as_target
 from . import rpc
-from .records import check_log_path
+from .records import check_log_path, mean_seconds
 from .tasks import default_config_index, extract_tasks
 
 #: Tuner names -> AutoTVM tuner classes ("xgb" needs the xgboost package).
@@ -195,10 +195,6 @@ class _Replay(autotvm.tuner.Tuner):
         pass
 
 
-def _seconds(res) -> float:
-    return sum(res.costs) / len(res.costs)
-
-
 class _Progress:
     """The tuning callback that keeps a TaskResult and prints the task's lines."""
 
@@ -208,14 +204,14 @@ class _Progress:
         self.seconds: dict[int, list[float]] = {}  # config index -> its successful measurements
 
     def __call__(self, _tuner, inputs, results):
+        self.remember(_tuner, inputs, results)
         for inp, res in zip(inputs, results):
             self.result.trials += 1
             if res.error_no != 0:
                 self.result.failures += 1
                 self.result.first_error = self.result.first_error or _error_line(res)
                 continue
-            self.remember(_tuner, [inp], [res])
-            seconds = _seconds(res)
+            seconds = mean_seconds(res)
             if self.result.best_seconds is None or seconds < self.result.best_seconds:
                 self.result.best_seconds = seconds
                 self.result.best_index = inp.config.index
@@ -227,7 +223,7 @@ class _Progress:
         """Keep the successful measurements (a callback of the confirmation rounds)."""
         for inp, res in zip(inputs, results):
             if res.error_no == 0:
-                self.seconds.setdefault(inp.config.index, []).append(_seconds(res))
+                self.seconds.setdefault(inp.config.index, []).append(mean_seconds(res))
 
     def median(self, index: int) -> float | None:
         times = self.seconds.get(index)
