@@ -181,6 +181,14 @@ def test_the_parallel_loop_takes_rows_before_co_blocks(case, loop):
     assert any(name.startswith(loop) for name in loops), loops
 
 
+@pytest.mark.parametrize("case", ["rows_w24", "map7_flat_co20"])
+def test_a_padded_conv_pads_its_input_up_front_by_rows(case):
+    """One parallel pass pads the whole input (i0_i1: N, H) before the conv's parallel loop."""
+    s, args, _ = te_kernel(*TE_CASES[case])
+    loops = re.findall(r"for (\w+) in T\.parallel", str(tvm.lower(s, args)))
+    assert len(loops) >= 2 and loops[0] == "i0_i1_fused", loops
+
+
 @pytest.mark.parametrize("case", ["valid_1x1_w56", "valid_1x1_s2", "valid_3x3_w56"])
 def test_unpadded_conv_reads_its_input_in_place(case):
     """A conv without padding copies no input rows, even where its Wo tile overhangs Wo."""

@@ -129,6 +129,15 @@ def test_the_parallel_loop_takes_rows_before_co_blocks(flat, loop):
     assert loop in loops, loops
 
 
+@pytest.mark.parametrize("flat", [False, True])
+def test_a_padded_conv_pads_its_input_up_front_by_rows(flat):
+    """As on Relay: one parallel pass over (N, H) pads the input before the conv's loop."""
+    spec = _packed(_spec("seed_s2"), 8)
+    tiles = dataclasses.replace(tiling.tiles_for(spec), flat=flat)
+    loops = re.findall(r"for (\w+) in T\.parallel", kernel.prim_func(spec, tiles).script())
+    assert len(loops) >= 2 and loops[0] == "i0_i1_fused", loops
+
+
 @pytest.mark.parametrize("packed", [True, False], ids=["fast", "generic"])
 @pytest.mark.parametrize("case", ["seed_s2", "small_7x7"])
 def test_kernels_are_scheduled_parallel_and_vectorized(case, packed):

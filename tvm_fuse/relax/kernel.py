@@ -12,8 +12,9 @@ both end in ``schedules.epilogue``; a Winograd spec (a ``WINO{m}_{VL}o`` weight)
 - along Wo: (N, Ho, Co blocks) fused and parallel (rows first, so that the cores split the map
   as its producer and consumer do: ``schedules.conv2d_nhwc_fused`` says why); at each Wo tile
   the conv's ``owb`` x ``ocb`` register tile (a ``local`` buffer) accumulates over (Kh, Kw, Ci),
-  unrolled, the channel lanes vectorized; the epilogue is applied to it on its single store; the
-  padded input rows are computed inside the parallel loop;
+  unrolled, the channel lanes vectorized; the epilogue is applied to it on its single store; a
+  padded input is padded whole up front, in parallel by rows (``schedules.conv2d_nhwc_fused``
+  says why);
 - flat (small maps, ragged Co): the conv over (N, Ho*Wo tiles, Co blocks) in parallel, the tile
   in a local cache, then a vectorized epilogue pass.
 
@@ -188,9 +189,7 @@ def _schedule_rows(sch, spec: KernelSpec, tiles: tiling.Tiles):
     extents = (1, 1, tiles.owb, tiles.ocb * lanes, kh, kw, spec.in_channels)
     _, _, *loops = _tile_loops(sch, conv, w_blk, extents)
     _register_tile(sch, conv, loops, tiles, lanes)
-    if "data_pad" in blocks:
-        sch.compute_at(blocks["data_pad"], rows)
-        _vectorize_innermost(sch, blocks["data_pad"], lanes)
+    _pad_up_front(sch, blocks, lanes)
 
 
 def _schedule_flat(sch, spec: KernelSpec, tiles: tiling.Tiles):
@@ -214,6 +213,11 @@ def _schedule_flat(sch, spec: KernelSpec, tiles: tiling.Tiles):
     extents = (1, tiles.owb, tiles.ocb, lanes, kh, kw, spec.in_channels)
     _, pix, vec, lane, *reduction = _tile_loops(sch, local, tile_loop, extents)
     _register_tile(sch, local, (pix, (vec, lane), *reduction), tiles, lanes, split_lanes=False)
+    _pad_up_front(sch, blocks, lanes)
+
+
+def _pad_up_front(sch, blocks, lanes):
+    """The padded input, if any, as its own pass: parallel by rows, channels vectorized."""
     if "data_pad" in blocks:
         pad = blocks["data_pad"]
         pn, ph, _, _ = sch.get_loops(pad)
