@@ -45,7 +45,7 @@ LAYERS = [
     ),
     ("memory plan", ["memory", "memory.*", "relax.memory", "relax.offsets"]),
     ("pipeline", ["api", "relax.api"]),
-    ("tuning", ["tuning", "tuning.*", "relax.tuning"]),
+    ("tuning", ["tuning", "tuning.*", "tuning_rule", "relax.tuning"]),
     ("examples", ["examples", "models", "onnx_example", "testing"]),
     ("relax tools", ["relax.bench", "relax.commands"]),  # apache-tvm only
     (

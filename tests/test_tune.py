@@ -19,7 +19,7 @@ from tvm.autotvm.measure import MeasureInput, MeasureResult
 from tvm.autotvm.measure import measure
 
 import tvm_fuse
-from tvm_fuse import dispatch, examples, onnx_example, strategy, testing
+from tvm_fuse import dispatch, examples, onnx_example, strategy, testing, tuning_rule
 from tvm_fuse.schedules import conv2d_nhwc_fused, winograd
 from tvm_fuse.errors import UserError
 from tvm_fuse.tuning import (
@@ -137,6 +137,22 @@ def test_a_config_measured_again_applies_by_its_median(tmp_path, layer_task):
     assert [inp.config.index for inp, _ in built] == [2, 2, 2, 2]
 
 
+@pytest.mark.parametrize("other_ms, applied", [(0.99, "default"), (0.97, "other")])
+def test_a_config_replaces_the_default_only_when_clearly_faster(
+    tmp_path, layer_task, other_ms, applied
+):
+    """Both measured three times: the other config applies only when its median is at least
+    ``tuning_rule.MIN_GAIN`` (2 %) below the default's; AutoTVM's rule takes it either way."""
+    default = tuner.default_config_index(layer_task)
+    other = 0 if default else 1
+    log = tmp_path / "margin.log"
+    write_log(log, layer_task, [default] * 3, cost=[1.0e-3, 1.01e-3, 1.0e-3])
+    write_log(log, layer_task, [other] * 3, cost=[other_ms * 1e-3] * 3)
+    assert applied_index(check_records(log), layer_task) == other
+    want = other if applied == "other" else default
+    assert applied_index(records_to_apply(log), layer_task) == want
+
+
 @pytest.fixture(scope="module")
 def winograd_task():
     mod, params = examples.small_layer(size=16)  # 3x3, 16 channels, 16x16: Winograd F(4x4)
@@ -250,7 +266,7 @@ def test_tune_locally_then_build_with_the_records(tmp_path):
         mod, params, log_file=log, n_trial=4, runner=runner, tuner="random", stream=stream
     )
     (task,) = done.tasks
-    again = 2 * tuner.CONFIRM_ROUNDS if task.confirmed else 0  # the best was not the default
+    again = 2 * tuning_rule.CONFIRM_ROUNDS if task.confirmed else 0  # the best was not the default
     assert task.trials == 4 and done.records_written == 4 + again
     assert task.best_seconds and task.best_gflops > 0
     records = check_records(log)
@@ -288,12 +304,15 @@ class ScriptedMeasure(measure.Builder, measure.Runner):
         return results
 
 
-@pytest.mark.parametrize("searched_later, applied", [(1.2e-3, "default"), (0.6e-3, "searched")])
+@pytest.mark.parametrize(
+    "searched_later, applied",
+    [(1.2e-3, "default"), (0.99e-3, "default"), (0.6e-3, "searched")],
+)
 def test_the_search_best_is_measured_again_against_the_default(
     tmp_path, layer_task, searched_later, applied
 ):
     """The search's best (0.5 ms once) is measured ``CONFIRM_ROUNDS`` more times alternately with
-    the default (1 ms): it applies only if its median stays below the default's."""
+    the default (1 ms): it applies only if its median stays clearly (2 %) below the default's."""
     mod, params = examples.small_layer()
     default = tuner.default_config_index(layer_task)
     searched = 0 if default else 1  # the grid tuner's first config
@@ -304,7 +323,7 @@ def test_the_search_best_is_measured_again_against_the_default(
         stream=stream,
     )
     (task,) = done.tasks
-    rounds = [default, searched] * tuner.CONFIRM_ROUNDS
+    rounds = [default, searched] * tuning_rule.CONFIRM_ROUNDS
     assert measure.measured[0] == default and measure.measured[-len(rounds):] == rounds
     assert task.trials == 3 and done.records_written == 3 + len(rounds)
     assert task.best_index == searched and task.best_seconds == 0.5e-3

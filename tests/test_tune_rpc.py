@@ -20,8 +20,8 @@ import pytest
 from tvm import autotvm, rpc
 
 import tvm_fuse
-from tvm_fuse import examples, onnx_example, testing
-from tvm_fuse.tuning import TrackerError, check_records, check_tracker, cli, rpc_runner, tuner
+from tvm_fuse import examples, onnx_example, testing, tuning_rule
+from tvm_fuse.tuning import TrackerError, check_records, check_tracker, cli, rpc_runner
 
 HOST = "127.0.0.1"
 KEY = "tvm_fuse_ci"
@@ -112,7 +112,7 @@ def test_tune_through_the_tracker_then_build(farm, builder, tmp_path):
         stream=stream,
     )
     task = done.tasks[0]
-    again = 2 * tuner.CONFIRM_ROUNDS if task.confirmed else 0  # the best was not the default
+    again = 2 * tuning_rule.CONFIRM_ROUNDS if task.confirmed else 0  # the best was not the default
     assert task.trials == 4 and task.failures < 4 and done.records_written == 4 + again
     assert len(check_records(log)) == 4 + again
     testing.assert_matches_stock(mod, params, tvm_fuse.build(mod, params, tuning_records=str(log)))

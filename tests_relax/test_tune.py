@@ -18,7 +18,7 @@ from tvm import relax
 import tvm_fuse.relax as tfr
 from helpers import conv_nchw, module, run, tensor_var
 from reference import assert_close, conv2d_nchw
-from tvm_fuse import cli, onnx_example
+from tvm_fuse import cli, onnx_example, tuning_rule
 from tvm_fuse.errors import UserError
 from tvm_fuse.relax import api, commands, compat, kernel, records, tuning
 from tvm_fuse.schedules import packing, tiling
@@ -69,7 +69,7 @@ def test_tune_writes_records_with_the_model_first_and_the_fastest_kept(
         if entry["tiles"] == model:
             assert entry["ms"] == entry["default"]["ms"]
         else:
-            assert entry["ms"] <= entry["default"]["ms"] * (1 - tuning.MIN_GAIN)
+            assert entry["ms"] <= entry["default"]["ms"] * (1 - tuning_rule.MIN_GAIN)
 
 
 def test_a_candidate_must_be_clearly_faster_to_replace_the_model(monkeypatch, target):
@@ -85,7 +85,7 @@ def test_a_candidate_must_be_clearly_faster_to_replace_the_model(monkeypatch, ta
         times = {t: [ms] for t, ms in zip([first, second, third], first_pass)}
         if confirmation:
             for tiles, ms in zip([first, second], confirmation):
-                times[tiles] += [ms] * tuning.CONFIRM_ROUNDS
+                times[tiles] += [ms] * tuning_rule.CONFIRM_ROUNDS
 
         def timer(_spec, tiles, _target, _inputs, times=times):
             return lambda: times[tiles].pop(0)

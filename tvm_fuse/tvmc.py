@@ -45,7 +45,7 @@ from . import onnx_compat
 from .dispatch import build_context
 from .api import optimize
 from .memory.apply import apply_to_factory
-from .tuning.records import chosen_configs, read_records
+from .tuning.records import chosen_configs, default_indices, read_records
 
 NAME = "tvm_fuse"
 
@@ -158,7 +158,7 @@ def _config_choice():
 
     def apply_history_best(records):
         if isinstance(records, (str, os.PathLike)):
-            records = chosen_configs(read_records(records))
+            records = chosen_configs(read_records(records), default_indices())
         return stock(records)
 
     with mock.patch.object(autotvm, "apply_history_best", apply_history_best):

@@ -10,9 +10,9 @@ and the TensorIR schedule takes: ``owb`` pixels x ``ocb`` channel vectors per re
 a Wo or a flat Ho*Wo tile (the Ci reduction is not split by the Relax kernel). Candidates are the
 tiles whose accumulators fit the vector registers with at most one spill, tried in the order of
 the model's score, the model's own choice first. The fastest is then timed again against the
-model's, alternately (``CONFIRM_ROUNDS``: a shared machine's load shifts during a pass), and
-replaces it only when it is at least ``MIN_GAIN`` faster there, so a tuned kernel is never
-slower than the untuned one in the measurement.
+model's, alternately, and replaces it only when it is clearly faster there
+(``tvm_fuse.tuning_rule``, the Relay backend's rule too: a shared machine's load shifts during a
+pass), so a tuned kernel is never slower than the untuned one in the measurement.
 Each candidate is compiled alone with ``tvm.compile`` and timed with ``time_evaluator`` on random
 inputs, in this process (no RPC, no listening socket). This is a plain search over a small
 space rather than meta_schedule: ``owb`` and ``flat`` change the PrimFunc itself (the Wo padding,
@@ -31,15 +31,12 @@ import tvm
 from ..errors import UserError
 from ..schedules import tiling
 from ..spec import KernelSpec
+from ..tuning_rule import CONFIRM_ROUNDS, replaces_default
 from . import api, compat, kernel, records as records_file
 
-#: How much faster (relative) a candidate must be than the model's tiles to replace them
-MIN_GAIN = 0.02
 #: Timing of one candidate: repeats (median taken) of at least this many ms each
 REPEAT = 5
 MIN_REPEAT_MS = 20
-#: Alternating timings of the model's tiles and the best candidate before the candidate wins
-CONFIRM_ROUNDS = 3
 
 
 @dataclasses.dataclass
@@ -138,7 +135,7 @@ def tune_kernel(spec: KernelSpec, target, trials: int) -> TunedKernel:
         rounds = [(timers[default](), timers[best]()) for _ in range(CONFIRM_ROUNDS)]
         default_ms = statistics.median(a for a, _ in rounds)
         best_ms = statistics.median(b for _, b in rounds)
-    if best_ms > default_ms * (1 - MIN_GAIN):
+    if not replaces_default(default_ms, best_ms):
         best, best_ms = default, default_ms
     return TunedKernel(spec, default, default_ms, best, best_ms, measured)
 

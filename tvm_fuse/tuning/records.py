@@ -18,11 +18,12 @@ have (the analytic default is used for kernels without a record), records of oth
 (applied by ``apply_history_best`` to those ops as usual), failed measurements.
 
 Which config a build applies (``records_to_apply``): per workload, the one with the lowest
-*median* time over its records. A config measured once counts by that measurement, as in
-AutoTVM's own rule (the lowest time); ``tvm_fuse.tune`` measures the search's best again against
-the analytic default, alternately, and those repeats then decide: the fastest of many single
-measurements is the one most flattered by the machine's noise, and was seen slower than the
-default when rerun.
+*median* time over its records, unless the analytic default (the template's fallback) has records
+too and that median is not clearly lower than the default's (``tvm_fuse.tuning_rule``, the Relax
+backend's rule too). A config measured once counts by that measurement, as in AutoTVM's own rule
+(the lowest time); ``tvm_fuse.tune`` measures the search's best again against the default,
+alternately, and those repeats then decide: the fastest of many single measurements is the one
+most flattered by the machine's noise, and was seen slower than the default when rerun.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from .. import dispatch
 from ..errors import UserError
 from ..strategy import TUNABLE_KERNELS
 from ..target import as_target
+from ..tuning_rule import replaces_default
+from .tasks import default_config_index
 
 #: Target attributes that must agree between a record and the build.
 TARGET_ATTRS = ("mcpu", "mtriple")
@@ -108,6 +111,20 @@ def _template_knobs(task_name, args, target, cache: dict) -> dict:
     return cache[key]
 
 
+def default_indices(target=None):
+    """``default_index`` for :func:`chosen_configs`: the analytic default config (the template's
+    fallback) of a record's task for ``target``, None for tasks of other ops."""
+    target = as_target(target)
+
+    def default_index(task):
+        if task.name not in TUNABLE_KERNELS:
+            return None
+        with target:
+            return default_config_index(autotvm.task.create(task.name, task.args, target))
+
+    return default_index
+
+
 def _check_knobs(path, number, inp, target, cache) -> None:
     template = inp.task.name
     try:
@@ -155,12 +172,13 @@ def check_records(path, target=None) -> list:
 
 def records_to_apply(path, target=None) -> list:
     """The checked records of the log at ``path`` that a build applies (:func:`chosen_configs`)."""
-    return chosen_configs(check_records(path, target))
+    return chosen_configs(check_records(path, target), default_indices(target))
 
 
-def chosen_configs(records) -> list:
-    """Of ``records``, per workload those of the config with the lowest median time (see the
-    module docstring); failed measurements dropped."""
+def chosen_configs(records, default_index=lambda task: None) -> list:
+    """Of ``records``, per workload those of the config with the lowest median time, or of the
+    default config (``default_index(task)``) when it is measured and the lowest is not clearly
+    faster (see the module docstring); failed measurements dropped."""
     by_workload: dict = {}
     for inp, res in records:
         if res.error_no == 0:
@@ -168,7 +186,13 @@ def chosen_configs(records) -> list:
             configs.setdefault(inp.config.index, []).append((inp, res))
     chosen = []
     for configs in by_workload.values():
-        chosen += min(configs.values(), key=_median_seconds)
+        best = min(configs.values(), key=_median_seconds)
+        task = best[0][0].task
+        default = configs.get(default_index(task)) if len(configs) > 1 else None
+        keep_default = default and not replaces_default(
+            _median_seconds(default), _median_seconds(best)
+        )
+        chosen += default if keep_default else best
     return chosen
 
 

@@ -4,8 +4,9 @@ Each task (``tasks.extract_tasks``) gets ``n_trial`` measurements (at most its s
 first is the analytic default (``tasks.default_config_index``), so the log's best is never a
 config measured slower than what an untuned build gets; the rest come from an AutoTVM tuner.
 When the search's best is not the default, both are measured ``CONFIRM_ROUNDS`` times more,
-alternately, and the build applies whichever has the lower median (``records.records_to_apply``):
-the fastest of many single measurements is the one noise flattered most.
+alternately, and the build applies the best only when its median is clearly lower
+(``records.records_to_apply`` by ``tvm_fuse.tuning_rule``, the Relax backend's rule too): the
+fastest of many single measurements is the one noise flattered most.
 Every measurement is appended to ``log_file`` as one AutoTVM record line
 (``autotvm.callback.log_to_file``), failed ones included, so the log is valid after every batch.
 Measurement is local (:class:`LoopbackRunner`) unless a runner, or a tracker and key, are given.
@@ -36,6 +37,7 @@ from ..schedules import conv2d_nhwc_fused as fast
 from ..errors import UserError
 from ..schedules import winograd
 from ..target import as_target
+from ..tuning_rule import CONFIRM_ROUNDS, replaces_default
 from . import rpc
 from .records import check_log_path, mean_seconds
 from .tasks import default_config_index, extract_tasks
@@ -93,10 +95,6 @@ def default_tuner() -> str:
         return "ga"
     return "xgb"
 
-
-#: Measurements of the analytic default and of the search's best, alternately, after the search
-#: (when the best is not the default): the build applies the one with the lower median.
-CONFIRM_ROUNDS = 3
 
 #: Shortest timing of one repeat: shorter ones were dominated by the measuring process's
 #: warm-up (the first config of a session measured at up to 2x its real time on rocketlake).
@@ -238,7 +236,7 @@ class _Progress:
         line = f"{self.label}: {r.trials}/{self.n_trial} trials, {r.failures} failed, {best}"
         if r.confirmed:
             default, searched = r.confirmed
-            applied = "the search's best" if searched < default else "the default"
+            applied = "the search's best" if replaces_default(default, searched) else "the default"
             line += (
                 f"; measured again {CONFIRM_ROUNDS}x, medians: default {default * 1e3:.3f} ms, "
                 f"search's best {searched * 1e3:.3f} ms: {applied} applies"
