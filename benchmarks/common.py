@@ -47,6 +47,7 @@ import tvm_fuse  # noqa: E402
 from tvm_fuse.bench import RESULTS  # noqa: E402
 from tvm_fuse.bench.choices import select  # noqa: E402,F401  (re-exported: the suites call it)
 from tvm_fuse.bench.idle import settle  # noqa: E402,F401  (re-exported: the suites call it here)
+from tvm_fuse.bench.kernel_profile import pct_of_peak  # noqa: E402
 from tvm_fuse.testing import MODEL_RTOL  # noqa: E402
 
 #: Relative tolerance of every correctness check: max |out - ref| <= RTOL * max |ref|.
@@ -257,7 +258,10 @@ class Result:
         }
         if gflop is not None and self.ms:
             out["gflops"] = gflop / (self.ms * 1e-3)
-            out["pct_peak"] = 100.0 * out["gflops"] / peak_gflops if peak_gflops else None
+            out["pct_peak"] = pct_of_peak(gflop, self.ms, peak_gflops)
+            # like with like: the peak is the best run of its microkernel
+            best = out["min_ms"]
+            out["pct_peak_best"] = pct_of_peak(gflop, best, peak_gflops) if best else None
         return out
 
 

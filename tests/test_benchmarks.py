@@ -40,9 +40,12 @@ def test_layer_json_has_every_implementation_and_ratio(tiny_run):
     assert record["gflop"] == pytest.approx(2 * 16 * 8 * 8 * 16 * 9 / 1e9)
     assert set(record["results"]) == {"tvm_fuse", "tvm_fuse_direct", "tvm_nchwc"}
     assert record["algorithm"] == "direct"  # 16 channels: too few for Winograd to pay
+    peak = on_disk["fma_peak"]["gflops_all"]
     for res in record["results"].values():
         assert RESULT_KEYS <= set(res)
         assert res["ms"] > 0 and res["build_s"] > 0 and res["gflops"] > 0
+        best = 100 * record["gflop"] / (res["min_ms"] * 1e-3) / peak  # best run against best
+        assert res["pct_peak_best"] == pytest.approx(best) and best >= res["pct_peak"]
     assert set(record["ratios"]) == {
         "tvm_fuse/best_peer",
         "tvm_fuse/tvm_nchwc",
