@@ -24,7 +24,9 @@ A padded conv pads its whole input up front, in a parallel pass split by rows as
 Padding the rows each parallel iteration reads, inside it, copies every input row Kh/Sh times
 (3.5 on a 7x7 stride-2 stem) with the copy on the conv's critical path: on Zen 4 the single-conv
 layers ran 3-4 % faster with the pass up front (stem, seed; best of 21 interleaved runs), AVX2
-code 4-10 % (stem, l1 with the direct kernel), whole ResNets within the noise.
+code 4-10 % (stem, l1 with the direct kernel), whole ResNets within the noise. A large input
+(``tiling.pads_by_rows``) is still padded row by row: there the two run the same, and the
+whole padded copy would be held while the kernel runs.
 
 A Co that is not a multiple of VL arrives zero-padded in the packed weight (the spec's output
 keeps the real Co): the padded channels are computed and never stored. Tile sizes are AutoTVM
@@ -112,11 +114,11 @@ def _packed_weight(spec: KernelSpec, weight):
 def _define_knobs(cfg, spec: KernelSpec):
     """owb x ocb: the register tile; flat: tile the flattened Ho*Wo pixel axis (tiles cross
     rows) instead of Wo; tile_ic: the Ci split; pad_at_row: pad the input rows a parallel
-    iteration reads (1) or the whole input up front (0, the model's choice); ic_outside: Ci blocks outside the
-    Wo tiles, accumulating in a row buffer (measured slower: the tile leaves registers; not
-    used by flat tiles); vec_outer: loop over the tile's channel vectors outside its pixels, so
-    that the broadcasts stay in registers and the weights stream (the model's choice when
-    owb < ocb)."""
+    iteration reads (1) or the whole input up front (0; the model: ``tiling.pads_by_rows``);
+    ic_outside: Ci blocks outside the Wo tiles, accumulating in a row buffer (measured slower:
+    the tile leaves registers; not used by flat tiles); vec_outer: loop over the tile's channel
+    vectors outside its pixels, so that the broadcasts stay in registers and the weights stream
+    (the model's choice when owb < ocb)."""
     co_vectors = spec.weight.shape[spec.weight.layout.index("O")]
     cfg.define_knob("owb", list(range(1, tiling.MAX_OWB + 1)))
     cfg.define_knob("ocb", [d for d in range(1, tiling.MAX_OCB + 1) if co_vectors % d == 0])
@@ -131,7 +133,7 @@ def _define_knobs(cfg, spec: KernelSpec):
         cfg["ocb"] = OtherOptionEntity(tiles.ocb)
         cfg["flat"] = OtherOptionEntity(int(tiles.flat))
         cfg["tile_ic"] = SplitEntity([-1, tiles.icb])
-        cfg["pad_at_row"] = OtherOptionEntity(0)
+        cfg["pad_at_row"] = OtherOptionEntity(int(tiling.pads_by_rows(spec, tiles)))
         cfg["ic_outside"] = OtherOptionEntity(0)
         cfg["vec_outer"] = OtherOptionEntity(int(tiles.vector_outer))
 

@@ -21,7 +21,7 @@ from tvm_fuse import strategy
 from tvm_fuse.passes.pack import PackWeights
 from tvm_fuse.testing import fused_conv_call
 from tvm_fuse.schedules import conv2d_nhwc_fused as fast
-from tvm_fuse.schedules import packing
+from tvm_fuse.schedules import packing, tiling
 from tvm_fuse.spec import KernelSpec, TensorSpec
 
 pytestmark = pytest.mark.llvm
@@ -149,6 +149,11 @@ def te_kernel(batch, size, ci, co, kernel, stride, dil, padding):
 
 @pytest.mark.parametrize("case", TE_CASES.values(), ids=TE_CASES.keys())
 def test_te_kernel_matches_numpy(case, rng):
+    check_te_kernel(case, rng)
+
+
+def check_te_kernel(case, rng):
+    """The kernel of a ``TE_CASES`` entry against the NumPy reference; its parallel loops."""
     batch, size, ci, co, kernel, stride, dil, padding = case
     s, args, lanes = te_kernel(*case)
     func = tvm.build(s, args, host_target())
@@ -159,6 +164,7 @@ def test_te_kernel_matches_numpy(case, rng):
     )
     want = reference(data, weight, bias, None, (stride,) * 2, padding, (dil,) * 2, "relu", 0.0)
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    return re.findall(r"for (\w+) in T\.parallel", str(tvm.lower(s, args)))
 
 
 @pytest.mark.parametrize("case, flat", [("rows_w24", False), ("map7_flat_co20", True)])
@@ -187,6 +193,15 @@ def test_a_padded_conv_pads_its_input_up_front_by_rows(case):
     s, args, _ = te_kernel(*TE_CASES[case])
     loops = re.findall(r"for (\w+) in T\.parallel", str(tvm.lower(s, args)))
     assert len(loops) >= 2 and loops[0] == "i0_i1_fused", loops
+
+
+@pytest.mark.parametrize("case", ["rows_w24", "rows_co32_w12", "asym_pad"])
+def test_a_large_input_is_padded_row_by_row_inside_the_parallel_loop(case, rng, monkeypatch):
+    """Above ``tiling.PAD_UP_FRONT_MAX_BYTES`` (here: any input) no pass pads the whole input;
+    the rows are padded where the conv's parallel loop reads them, with the same result."""
+    monkeypatch.setattr(tiling, "PAD_UP_FRONT_MAX_BYTES", 0)
+    loops = check_te_kernel(TE_CASES[case], rng)
+    assert "i0_i1_fused" not in loops and len(loops) == 1, loops
 
 
 @pytest.mark.parametrize("case", ["valid_1x1_w56", "valid_1x1_s2", "valid_3x3_w56"])

@@ -200,3 +200,21 @@ def test_template_fallback_is_the_tile_model_for_the_benchmark_layers(layer, col
     assert chosen == LAYER_TILES[layer.name, column]
     assert (config["pad_at_row"].val, config["ic_outside"].val) == (0, 0)  # padded up front
     assert config["vec_outer"].val == int(chosen[0] < chosen[1])  # holds the fewer operands
+
+
+@pytest.mark.parametrize(
+    "data, padding, flat, by_rows",
+    [
+        ((1, 224, 224, 3), 3, False, False),  # the stem: 0.6 MB padded, up front
+        ((1, 56, 56, 64), 1, False, False),  # l1: 0.9 MB
+        ((1, 224, 224, 64), 1, False, True),  # 13 MB: row by row
+        ((1, 224, 224, 64), 1, True, False),  # a flat tiling always pads up front
+        ((1, 224, 224, 64), 0, False, False),  # nothing to pad: the input is read in place
+    ],
+)
+def test_only_large_inputs_are_padded_row_by_row(data, padding, flat, by_rows):
+    spec = KernelSpec.conv(data, (3, 3, data[3], 64), (1, 1), (padding,) * 4)
+    tiles = tiling.Tiles(owb=4, ocb=4, icb=data[3], flat=flat)
+    bytes_ = data[0] * (data[1] + 2 * padding) * (data[2] + 2 * padding) * data[3] * 4
+    assert tiling.pads_by_rows(spec, tiles) == by_rows
+    assert by_rows == (padding > 0 and not flat and bytes_ > tiling.PAD_UP_FRONT_MAX_BYTES)

@@ -174,6 +174,16 @@ def test_a_log_of_winograd_records_alone_is_checked_and_applied(tmp_path, winogr
     testing.assert_matches_stock(mod, params, tvm_fuse.build(mod, params, tuning_records=log))
 
 
+def test_the_winograd_default_is_kept_within_the_margin(tmp_path, winograd_task):
+    _, _, task = winograd_task
+    default = tuner.default_config_index(task)
+    other = 0 if default else 1
+    log = tmp_path / "winograd_margin.log"
+    write_log(log, task, [default] * 3, cost=1e-3)
+    write_log(log, task, [other] * 3, cost=0.99e-3)  # 1 % faster: not enough
+    assert {inp.config.index for inp, _ in records_to_apply(log)} == {default}
+
+
 def test_a_winograd_knob_outside_its_config_space_refuses_the_log(tmp_path, winograd_task):
     mod, params, task = winograd_task
     (line,) = open(write_log(tmp_path / "good.log", task, [0]), encoding="utf-8").readlines()

@@ -138,6 +138,23 @@ def test_a_padded_conv_pads_its_input_up_front_by_rows(flat):
     assert len(loops) >= 2 and loops[0] == "i0_i1_fused", loops
 
 
+@pytest.mark.parametrize("case", ["seed_s2", "ci3_stem", "rows_56"])
+def test_a_large_input_is_padded_row_by_row_inside_the_parallel_loop(
+    case, rng, target, monkeypatch
+):
+    """As on Relay: above ``tiling.PAD_UP_FRONT_MAX_BYTES`` (here: any input) the rows are
+    padded where the conv's parallel loop reads them, with the same result."""
+    monkeypatch.setattr(tiling, "PAD_UP_FRONT_MAX_BYTES", 0)
+    spec = _packed(_spec(case), compat.simd_lanes(target))
+    tiles = dataclasses.replace(tiling.tiles_for(spec), flat=False)
+    func = kernel.prim_func(spec, tiles)
+    loops = re.findall(r"for (\w+) in T\.parallel", func.script())
+    assert "i0_i1_fused" not in loops and len(loops) == 1, loops
+    x, w, b, r = _inputs(spec, rng)
+    got = _run(func, spec, x, w, b, r, target)
+    assert_close(got, _reference(spec, x, w, b, r), rel=1e-5)
+
+
 @pytest.mark.parametrize("packed", [True, False], ids=["fast", "generic"])
 @pytest.mark.parametrize("case", ["seed_s2", "small_7x7"])
 def test_kernels_are_scheduled_parallel_and_vectorized(case, packed):

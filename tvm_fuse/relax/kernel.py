@@ -13,7 +13,8 @@ both end in ``schedules.epilogue``; a Winograd spec (a ``WINO{m}_{VL}o`` weight)
   as its producer and consumer do: ``schedules.conv2d_nhwc_fused`` says why); at each Wo tile
   the conv's ``owb`` x ``ocb`` register tile (a ``local`` buffer) accumulates over (Kh, Kw, Ci),
   unrolled, the channel lanes vectorized; the epilogue is applied to it on its single store; a
-  padded input is padded whole up front, in parallel by rows (``schedules.conv2d_nhwc_fused``
+  padded input is padded whole up front, in parallel by rows, unless it is large
+  (``tiling.pads_by_rows``: then row by row in the parallel loop; ``schedules.conv2d_nhwc_fused``
   says why);
 - flat (small maps, ragged Co): the conv over (N, Ho*Wo tiles, Co blocks) in parallel, the tile
   in a local cache, then a vectorized epilogue pass.
@@ -189,7 +190,11 @@ def _schedule_rows(sch, spec: KernelSpec, tiles: tiling.Tiles):
     extents = (1, 1, tiles.owb, tiles.ocb * lanes, kh, kw, spec.in_channels)
     _, _, *loops = _tile_loops(sch, conv, w_blk, extents)
     _register_tile(sch, conv, loops, tiles, lanes)
-    _pad_up_front(sch, blocks, lanes)
+    if "data_pad" in blocks and tiling.pads_by_rows(spec, tiles):
+        sch.compute_at(blocks["data_pad"], rows)
+        _vectorize_innermost(sch, blocks["data_pad"], lanes)
+    else:
+        _pad_up_front(sch, blocks, lanes)
 
 
 def _schedule_flat(sch, spec: KernelSpec, tiles: tiling.Tiles):
