@@ -21,9 +21,10 @@ under the ``--target``'s TVM target, so the pipeline packs the weights for it; i
 gives tvmc's ``tune`` the TVM target where tvmc 0.19 passes the whole composite string to the
 auto-scheduler's hardware parameters (it crashes there otherwise). With the ``tvm_fuse`` target,
 ``compile`` gives the graph executor tvm_fuse's memory plan (``tvm_fuse.memory``) and applies
-``--tuning-records`` by tvm_fuse's rule (each workload's config of lowest median time,
-``tuning.records``), as ``tvm_fuse.build`` does. The composite target takes
-no options of its own: ``--target "tvm_fuse -x=1, llvm"`` is refused.
+``--tuning-records`` by tvm_fuse's rule (each workload's config of lowest median time, the
+analytic default kept unless that is clearly faster: ``tuning.records``), as ``tvm_fuse.build``
+does. The composite target takes no options of its own: ``--target "tvm_fuse -x=1, llvm"`` is
+refused.
 """
 
 from __future__ import annotations

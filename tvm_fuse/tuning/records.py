@@ -186,17 +186,18 @@ def chosen_configs(records, default_index=lambda task: None) -> list:
             configs.setdefault(inp.config.index, []).append((inp, res))
     chosen = []
     for configs in by_workload.values():
-        best = min(configs.values(), key=_median_seconds)
+        best = min(configs.values(), key=median_seconds)
         task = best[0][0].task
         default = configs.get(default_index(task)) if len(configs) > 1 else None
         keep_default = default and not replaces_default(
-            _median_seconds(default), _median_seconds(best)
+            median_seconds(default), median_seconds(best)
         )
         chosen += default if keep_default else best
     return chosen
 
 
-def _median_seconds(records: list) -> float:
+def median_seconds(records: list) -> float:
+    """The time of a config over its successful ``(input, result)`` records: the median."""
     return statistics.median(mean_seconds(res) for _, res in records)
 
 

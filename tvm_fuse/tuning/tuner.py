@@ -26,7 +26,6 @@ import contextlib
 import dataclasses
 import logging
 import shutil
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -39,7 +38,7 @@ from ..schedules import winograd
 from ..target import as_target
 from ..tuning_rule import CONFIRM_ROUNDS, replaces_default
 from . import rpc
-from .records import check_log_path, mean_seconds
+from .records import check_log_path, mean_seconds, median_seconds
 from .tasks import default_config_index, extract_tasks
 
 #: Tuner names -> AutoTVM tuner classes ("xgb" needs the xgboost package).
@@ -199,7 +198,7 @@ class _Progress:
     def __init__(self, result: TaskResult, label: str, n_trial: int, stream):
         self.result, self.label, self.n_trial, self.stream = result, label, n_trial, stream
         self.live = bool(getattr(stream, "isatty", lambda: False)())
-        self.seconds: dict[int, list[float]] = {}  # config index -> its successful measurements
+        self.records: dict[int, list] = {}  # config index -> its successful (input, result)s
 
     def __call__(self, _tuner, inputs, results):
         self.remember(_tuner, inputs, results)
@@ -221,11 +220,11 @@ class _Progress:
         """Keep the successful measurements (a callback of the confirmation rounds)."""
         for inp, res in zip(inputs, results):
             if res.error_no == 0:
-                self.seconds.setdefault(inp.config.index, []).append(mean_seconds(res))
+                self.records.setdefault(inp.config.index, []).append((inp, res))
 
     def median(self, index: int) -> float | None:
-        times = self.seconds.get(index)
-        return statistics.median(times) if times else None
+        records = self.records.get(index)
+        return median_seconds(records) if records else None
 
     def line(self) -> str:
         r = self.result
