@@ -7,9 +7,12 @@ whole channel plane (entry) or of C floats (exit), so every output vector gather
 cache lines. On a 112x112x64 map (a stem conv's output, 3.2 MB) the exit took 1.34 ms on 2 cores,
 twice the conv itself (measured on rocketlake, AVX-512); on a 56x56x256 input the entry took
 0.32 ms, 60 % of the 1x1 conv after it (znver3). These kernels run parallel over (N, H) instead:
-each iteration reads one row of every channel (L1-resident) and writes it as tiles of up to
-``VL`` values along the input's contiguous axis x ``VL`` along the output's, the first unrolled
-and the second vectorized: 0.13 ms for each of those two.
+each iteration reads one row of every channel (L1-resident). Where a power of two of at least 4
+values divides the input's contiguous axis and the other one has as many, the row is transposed
+in registers, block by block (``schedules.register_transpose``: whole-vector loads and stores,
+0.058 ms on that exit on znver4 against the tiled schedule's 0.090). Otherwise it is written as
+tiles of up to ``VL`` values along the input's contiguous axis x ``VL`` along the output's, the
+first unrolled and the second vectorized (:func:`schedule`): 0.13 ms for each of those two.
 """
 
 from typing import Callable, NamedTuple
@@ -29,6 +32,56 @@ def entry_compute(data):
     return te.compute((n, h, w, c), lambda b, y, x, ch: data[b, ch, y, x], name="nchw_to_nhwc")
 
 
+#: The smallest block worth the shuffles (a power of two).
+MIN_BLOCK = 4
+
+
+class Plane(NamedTuple):
+    """The transpose of one (n, h) row: ``rows x cols`` values, flat indices of both sides."""
+
+    batch: int
+    height: int
+    rows: int  # contiguous in the output
+    cols: int  # contiguous in the input
+    src: Callable  # (n, h, row, col) -> flat index into the input
+    dst: Callable  # (n, h, col, row) -> flat index into the output
+
+
+def exit_plane(shape) -> Plane:
+    """NHWC ``[n, h, w, c]`` -> NCHW ``[n, c, h, w]``: rows W, columns C."""
+    n, h, w, c = shape
+    return Plane(
+        n,
+        h,
+        w,
+        c,
+        lambda b, y, x, ch: ((b * h + y) * w + x) * c + ch,
+        lambda b, y, ch, x: ((b * c + ch) * h + y) * w + x,
+    )
+
+
+def entry_plane(shape) -> Plane:
+    """NCHW ``[n, c, h, w]`` -> NHWC ``[n, h, w, c]``: rows C, columns W."""
+    n, c, h, w = shape
+    return Plane(
+        n,
+        h,
+        c,
+        w,
+        lambda b, y, ch, x: ((b * c + ch) * h + y) * w + x,
+        lambda b, y, x, ch: ((b * h + y) * w + x) * c + ch,
+    )
+
+
+def block_size(plane: Plane, lanes: int) -> int:
+    """The largest power of two up to ``lanes`` and the rows that divides the columns, or 0
+    below ``MIN_BLOCK`` (the tiled schedule is as fast on so few rows or lanes)."""
+    block = 1 << (max(min(lanes, plane.rows), 1).bit_length() - 1)
+    while block >= MIN_BLOCK and plane.cols % block:
+        block //= 2
+    return block if block >= MIN_BLOCK else 0
+
+
 class Transpose(NamedTuple):
     """One boundary transpose: how it is computed and tiled."""
 
@@ -36,13 +89,32 @@ class Transpose(NamedTuple):
     axes: tuple[int, int, int, int]  # the permutation, as NumPy's transpose (Relax's permute_dims)
     tile_axes: tuple[int, int, int]  # output axes: the parallel row (H), the input's contiguous
     # axis (unrolled) and the output's contiguous axis (vectorized)
+    plane: Callable  # input shape -> its rows as a ``Plane``
 
 
 #: Each transpose by the name of its stage (and kernel).
 TRANSPOSES = {
-    "nchw_to_nhwc": Transpose(entry_compute, (0, 2, 3, 1), (1, 2, 3)),
-    "nhwc_to_nchw": Transpose(exit_compute, (0, 3, 1, 2), (2, 1, 3)),
+    "nchw_to_nhwc": Transpose(entry_compute, (0, 2, 3, 1), (1, 2, 3), entry_plane),
+    "nhwc_to_nchw": Transpose(exit_compute, (0, 3, 1, 2), (2, 1, 3), exit_plane),
 }
+
+
+def cpu_compute(name: str, data, lanes: int):
+    """The transpose ``name`` of ``data`` as the CPU kernel computes it: in-register blocks
+    where they apply (float32, static shape, :func:`block_size`), else the TE stage that
+    :func:`schedule` tiles."""
+    transpose = TRANSPOSES[name]
+    out = transpose.compute(data)
+    try:
+        plane = transpose.plane([int(d) for d in data.shape])
+    except TypeError:  # a symbolic dimension
+        return out
+    block = block_size(plane, lanes)
+    if not block or data.dtype != "float32":
+        return out
+    from . import register_transpose  # TIR's IR builder: the Relay stack only
+
+    return register_transpose.compute(data, plane, out.shape, block, name)
 
 
 def implementation(name: str, kind: str = "x86") -> str:
@@ -63,9 +135,12 @@ def tile_size(extent: int, lanes: int) -> int:
 
 def schedule(outs, lanes: int):
     """Parallel (N, H); per row, tiles of up to ``lanes`` x ``lanes`` values, the input's
-    contiguous axis unrolled and the output's vectorized."""
+    contiguous axis unrolled and the output's vectorized. The in-register kernel of
+    :func:`cpu_compute` comes scheduled."""
     out = outs[0]
     s = te.create_schedule(out.op)
+    if isinstance(out.op, te.ExternOp):
+        return s
     axes = s[out].op.axis
     row, unrolled, vectorized = (axes[i] for i in TRANSPOSES[out.op.name].tile_axes)
     u_blk, u_in = s[out].split(unrolled, tile_size(int(unrolled.dom.extent), lanes))

@@ -2,6 +2,7 @@
 pass swaps in, and their kernels."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -27,33 +28,91 @@ def _conv_relu(rng, x, ci, co):
 
 # Ragged shapes: W and C not multiples of any SIMD width, batch 2, a 1x1 map.
 SHAPES = [(1, 112, 112, 64), (2, 5, 13, 17), (1, 1, 1, 40), (1, 3, 20, 3)]
+# Shapes (NHWC) the in-register kernel takes: blocks of 16, 8 and 4 values, rows that end in a
+# partial block (exit: W = 56 = 3 x 16 + 8, 7 = 4 + 3, 9 = 8 + 1; entry: C = 20 = 16 + 4, 9),
+# batch 2.
+BLOCK_SHAPES = {
+    "exit": [(1, 4, 32, 64), (2, 3, 56, 24), (1, 7, 7, 512), (2, 5, 20, 36), (1, 2, 9, 16)],
+    "entry": [(1, 4, 32, 64), (2, 3, 56, 24), (2, 5, 20, 36), (1, 3, 16, 20), (1, 2, 16, 9)],
+}
 
 
-#: (compute, the NumPy transpose it computes, the input's shape from an NHWC one)
+#: (compute, the NumPy transpose it computes, the input's shape from an NHWC one, the name)
 DIRECTIONS = {
     "exit": (transposes.exit_compute, (0, 3, 1, 2), lambda n, h, w, c: (n, h, w, c)),
     "entry": (transposes.entry_compute, (0, 2, 3, 1), lambda n, h, w, c: (n, c, h, w)),
 }
+NAMES = {"exit": "nhwc_to_nchw", "entry": "nchw_to_nhwc"}
+
+
+def _run_cpu_kernel(direction, shape, lanes, rng):
+    """The CPU kernel of the transpose on a random input of the NHWC ``shape``: (its output
+    tensor, the result, the input)."""
+    _, axes, input_shape = DIRECTIONS[direction]
+    data = te.placeholder(input_shape(*shape), name="data")
+    out = transposes.cpu_compute(NAMES[direction], data, lanes)
+    func = tvm.build(transposes.schedule([out], lanes), [data, out], host_target())
+    x = rng.standard_normal(input_shape(*shape)).astype("float32")
+    y = tvm.nd.empty([int(d) for d in out.shape])
+    func(tvm.nd.array(x), y)
+    return out, y.numpy(), x.transpose(*axes)
 
 
 @pytest.mark.parametrize("direction", DIRECTIONS)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_kernel_equals_numpy_transpose(direction, shape, rng):
-    compute, axes, input_shape = DIRECTIONS[direction]
-    data = te.placeholder(input_shape(*shape), name="data")
-    out = compute(data)
-    target = host_target()
-    func = tvm.build(transposes.schedule([out], strategy.simd_lanes(target)), [data, out], target)
-    x = rng.standard_normal(input_shape(*shape)).astype("float32")
-    y = tvm.nd.empty([int(d) for d in out.shape])
-    func(tvm.nd.array(x), y)
-    np.testing.assert_array_equal(y.numpy(), x.transpose(*axes))
+    _, got, expected = _run_cpu_kernel(direction, shape, strategy.simd_lanes(host_target()), rng)
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("lanes", [16, 8, 4])
+@pytest.mark.parametrize(
+    "direction, shape",
+    [(d, shape) for d, shapes in BLOCK_SHAPES.items() for shape in shapes],
+    ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else v,
+)
+def test_register_kernel_equals_numpy_transpose(direction, shape, lanes, rng):
+    """Blocks of up to ``lanes`` values (LLVM splits vectors wider than the CPU's)."""
+    out, got, expected = _run_cpu_kernel(direction, shape, lanes, rng)
+    assert isinstance(out.op, te.ExternOp)
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize(
+    "name, shape, lanes, block",
+    [
+        ("nhwc_to_nchw", (1, 112, 112, 64), 16, 16),
+        ("nhwc_to_nchw", (1, 112, 112, 64), 8, 8),
+        ("nhwc_to_nchw", (1, 7, 7, 512), 16, 4),  # no more than the rows
+        ("nhwc_to_nchw", (1, 56, 56, 24), 16, 8),  # a divisor of the columns
+        ("nhwc_to_nchw", (2, 5, 13, 17), 16, 0),  # odd columns: tiled
+        ("nchw_to_nhwc", (1, 3, 224, 224), 16, 0),  # 3 rows: tiled
+        ("nchw_to_nhwc", (1, 64, 56, 56), 16, 8),
+    ],
+)
+def test_block_size(name, shape, lanes, block):
+    plane = transposes.TRANSPOSES[name].plane(shape)
+    assert transposes.block_size(plane, lanes) == block
+
+
+def test_register_kernel_shuffles_whole_vectors():
+    """Vector loads, Shuffles and vector stores of 16 lanes; the other shapes stay tiled."""
+    data = te.placeholder((1, 4, 32, 64), name="data")
+    out = transposes.cpu_compute("nhwc_to_nchw", data, 16)
+    text = str(tvm.lower(transposes.schedule([out], 16), [data, out]))
+    assert "T.parallel(4)" in text and text.count("T.Shuffle") == 64  # 4 stages of 16
+    assert len(re.findall(r"nhwc_to_nchw_flat\[[^]]*\+ 16\] = stage", text)) == 16
+    ragged = te.placeholder((2, 5, 13, 17), name="data")
+    assert not isinstance(transposes.cpu_compute("nhwc_to_nchw", ragged, 16).op, te.ExternOp)
+    as_int = te.placeholder((1, 4, 32, 64), "int32", name="data")
+    assert not isinstance(transposes.cpu_compute("nhwc_to_nchw", as_int, 16).op, te.ExternOp)
 
 
 @pytest.mark.parametrize("direction", DIRECTIONS)
 @pytest.mark.parametrize("width, vector", [(64, 16), (56, 14), (7, 7)])
 def test_lowered_kernel_is_parallel_over_rows_and_vectorized(direction, width, vector):
-    """Exit: vector stores of columns in tiles dividing W; entry: of channels dividing C."""
+    """The tiled schedule. Exit: vector stores of columns in tiles dividing W; entry: of
+    channels dividing C."""
     compute, _, input_shape = DIRECTIONS[direction]
     shape = (2, 9, width, 64) if direction == "exit" else input_shape(2, 9, 64, width)
     data = te.placeholder(shape, name="data")
@@ -94,13 +153,18 @@ def test_other_layout_transforms_are_left_alone():
     assert found == [None, boundary_ops.ENTRY_OP_NAME, None, None]
 
 
-def test_built_graph_runs_the_exit_transpose_and_matches_stock(rng):
+@pytest.mark.parametrize(
+    "shape, channels",
+    [((2, 16, 9, 9), (20, 33)), ((1, 16, 12, 12), (20, 32))],
+    ids=["tiled", "in-register"],
+)
+def test_built_graph_runs_the_exit_transpose_and_matches_stock(shape, channels, rng):
     """A net whose input and output are feature maps: tvm_fuse's entry and exit kernels run; the
-    result equals stock."""
-    x = relay.var("data", shape=(2, 16, 9, 9))
-    pooled = relay.nn.max_pool2d(_conv_relu(rng, x, 16, 20), (2, 2))
-    mod = _module(x, _conv_relu(rng, pooled, 20, 33))
-    inputs = {"data": rng.standard_normal((2, 16, 9, 9)).astype("float32")}
+    result equals stock. 33 output channels take the tiled exit, 32 the in-register one."""
+    x = relay.var("data", shape=shape)
+    pooled = relay.nn.max_pool2d(_conv_relu(rng, x, shape[1], channels[0]), (2, 2))
+    mod = _module(x, _conv_relu(rng, pooled, channels[0], channels[1]))
+    inputs = {"data": rng.standard_normal(shape).astype("float32")}
     lib = tvm_fuse.build(mod, {})
     names = [n["name"] for n in json.loads(lib.get_graph_json())["nodes"]]
     assert any("nhwc_to_nchw" in name for name in names)

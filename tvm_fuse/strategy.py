@@ -153,7 +153,8 @@ relay.op.op.register_strategy(OP_NAME, fused_conv2d_strategy)
 def _transpose_strategy(op_name: str, name: str):
     """Register the strategy of the boundary transpose ``op_name``, which computes the transpose
     ``name`` of ``schedules.transposes``: on CPUs its cache-blocked kernel (parallel over rows,
-    tiles of VL x VL values), TVM's injective schedule on every other target."""
+    blocks of up to VL x VL values transposed in registers or tiled), TVM's injective schedule
+    on every other target."""
     compute = transposes.TRANSPOSES[name].compute
 
     def _compute(attrs, inputs, out_type):
@@ -173,7 +174,7 @@ def _transpose_strategy(op_name: str, name: str):
         strategy = relay.op.OpStrategy()
         lanes = simd_lanes(target)
         strategy.add_implementation(
-            _compute,
+            lambda attrs, inputs, out_type: [transposes.cpu_compute(name, inputs[0], lanes)],
             lambda attrs, outs, target: transposes.schedule(outs, lanes),
             name=transposes.implementation(name),
             plevel=15,
