@@ -8,8 +8,9 @@ registers in log2(block) stages of interleaves (``Shuffle``: LLVM emits ``vpermt
 AVX-512, 64 of them per 16x16 block) and stores ``block`` vectors of rows: every load and every
 store is a whole vector. A tiled TE schedule (``schedules.transposes.schedule``) cannot say
 this: it gathers (or scatters) one element per lane. On a 112x112x64 exit (3.2 MB) on 2 cores
-of znver4 this kernel took 0.051 ms against the tiled schedule's 0.083 (a plain copy: 0.035);
-with 8 lanes (``-mcpu=znver3`` code) 0.059 against 0.084.
+of znver4 this kernel took 0.051-0.058 ms against the tiled schedule's 0.082-0.090 (a plain copy:
+0.035); with 8 lanes (``-mcpu=znver3`` code) 0.059 against 0.084. On maps of at most 7x7 the two
+are alike (a few microseconds, mostly the parallel launch).
 
 Rows that do not fill a last block are zero vectors in it, and their lanes are not stored.
 The block (``transposes.block_size``) is a power of two that divides the columns. This module

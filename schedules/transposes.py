@@ -9,10 +9,10 @@ twice the conv itself (measured on rocketlake, AVX-512); on a 56x56x256 input th
 0.32 ms, 60 % of the 1x1 conv after it (znver3). These kernels run parallel over (N, H) instead:
 each iteration reads one row of every channel (L1-resident). Where a power of two of at least 4
 values divides the input's contiguous axis and the other one has as many, the row is transposed
-in registers, block by block (``schedules.register_transpose``: whole-vector loads and stores,
-0.058 ms on that exit on znver4 against the tiled schedule's 0.090). Otherwise it is written as
-tiles of up to ``VL`` values along the input's contiguous axis x ``VL`` along the output's, the
-first unrolled and the second vectorized (:func:`schedule`): 0.13 ms for each of those two.
+in registers, block by block (``schedules.register_transpose``: whole-vector loads and stores;
+it says how much faster). Otherwise it is written as tiles of up to ``VL`` values along the
+input's contiguous axis x ``VL`` along the output's, the first unrolled and the second
+vectorized (:func:`schedule`): 0.13 ms for each of those two.
 """
 
 from typing import Callable, NamedTuple
