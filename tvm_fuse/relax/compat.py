@@ -17,8 +17,6 @@ from tvm import relax
 
 try:
     from tvm import s_tir, tirx
-    from tvm.script import ir_builder as _ir_builder
-    from tvm.tirx.script.builder import ir as _script_tir
 except ImportError as err:  # TVM 0.19: the Relay stack
     raise ImportError(
         f"tvm_fuse.relax needs apache-tvm 0.27 (Relax + TensorIR), found TVM {tvm.__version__}; "
@@ -26,10 +24,6 @@ except ImportError as err:  # TVM 0.19: the Relay stack
     ) from err
 
 Schedule = s_tir.Schedule
-#: TIR written statement by statement (TVMScript's builder): ``with IRBuilder() as ib:`` around
-#: ``ScriptTIR``'s frames (``prim_func``, ``parallel``, ``buffer_store``, ...), then ``ib.get()``
-IRBuilder = _ir_builder.IRBuilder
-ScriptTIR = _script_tir
 #: ``relax.Constant`` became ``tvm.ir.expr.Constant`` (``GenericConst``) in 0.27
 Constant = getattr(relax, "Constant", None) or tvm.ir.expr.Constant
 PrimFunc = tirx.PrimFunc
