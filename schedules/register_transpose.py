@@ -20,6 +20,8 @@ needs TIR's IR builder, which the Relay stack has and the Relax one does not:
 
 from __future__ import annotations
 
+import math
+
 import tvm
 from tvm import te, tir
 
@@ -36,9 +38,7 @@ def compute(data: te.Tensor, plane, out_shape, block: int, name: str) -> te.Tens
 
 def _flat(buf):
     """A 1-D view of ``buf`` (the kernel's indices are flat)."""
-    size = 1
-    for dim in buf.shape:
-        size *= int(dim)
+    size = math.prod(int(dim) for dim in buf.shape)
     return tvm.tir.decl_buffer((size,), buf.dtype, name=buf.name + "_flat", data=buf.data)
 
 

@@ -105,12 +105,14 @@ def cpu_compute(name: str, data, lanes: int):
     :func:`schedule` tiles."""
     transpose = TRANSPOSES[name]
     out = transpose.compute(data)
+    if data.dtype != "float32":
+        return out
     try:
         plane = transpose.plane([int(d) for d in data.shape])
     except TypeError:  # a symbolic dimension
         return out
     block = block_size(plane, lanes)
-    if not block or data.dtype != "float32":
+    if not block:
         return out
     from . import register_transpose  # TIR's IR builder: the Relay stack only
 
