@@ -4,13 +4,16 @@ IR builder.
 Per (n, h) row, each transpose turns a matrix whose columns are contiguous in the input (the
 exit's C, the entry's W) into one whose rows are contiguous in the output (the exit's W, the
 entry's C). The kernel loads ``block`` rows of ``block`` columns as vectors, transposes them in
-registers in log2(block) stages of interleaves (``Shuffle``: LLVM emits ``vpermt2ps`` with
-AVX-512, 64 of them per 16x16 block) and stores ``block`` vectors of rows: every load and every
-store is a whole vector. A tiled TE schedule (``schedules.transposes.schedule``) cannot say
-this: it gathers (or scatters) one element per lane. On a 112x112x64 exit (3.2 MB) on 2 cores
-of znver4 this kernel took 0.051-0.058 ms against the tiled schedule's 0.082-0.090 (a plain copy:
-0.035); with 8 lanes (``-mcpu=znver3`` code) 0.059 against 0.084. On maps of at most 7x7 the two
-are alike (a few microseconds, mostly the parallel launch).
+registers in log2(block) stages of ``Shuffle``s and stores ``block`` vectors of rows: every
+load and every store is a whole vector. The shuffles are the classic in-lane sequence (see
+:func:`_stages`), which LLVM emits as ``vunpck*ps``/``vunpck*pd`` and 128-bit lane shuffles
+(``vshuff64x2``, ``vperm2f128``): 64 per 16x16 block, two thirds of them within 128-bit lanes.
+A tiled TE schedule (``schedules.transposes.schedule``) cannot say this: it gathers (or
+scatters) one element per lane. On a 112x112x64 exit (3.2 MB) on 2 cores of znver4 this kernel
+took 0.048 ms against the tiled schedule's 0.082-0.090 (a plain copy: 0.035); with 8 lanes
+(``-mcpu=znver3`` code) 0.050 against 0.084. Interleaves across the whole vector instead
+(64 ``vpermt2ps``) took 0.051 and 0.059. On maps of at most 7x7 all are alike (a few
+microseconds, mostly the parallel launch).
 
 Rows that do not fill a last block are zero vectors in it, and their lanes are not stored.
 The block (``transposes.block_size``) is a power of two that divides the columns. This module
@@ -59,11 +62,11 @@ def _kernel(plane, block: int, src, dst):
                 start = plane.src(n, h, row0 + r, col0)
                 value = _vector(src, start, block, r < rows)
                 ib.emit(tir.BufferStore(stages[0], value, [_ramp(r, block)]))
-            steps = block.bit_length() - 1
-            for step in range(steps):
-                _interleave(ib, stages[step % 2], stages[(step + 1) % 2], block)
+            steps = _stages(block)
+            for step, shuffles in enumerate(steps):
+                _shuffle(ib, stages[step % 2], stages[(step + 1) % 2], block, shuffles)
             for c in range(block):
-                value = tir.BufferLoad(stages[steps % 2], [_ramp(c, block)])
+                value = tir.BufferLoad(stages[len(steps) % 2], [_ramp(c, block)])
                 if rows < block:
                     value = tir.Shuffle([value], list(range(rows)))
                 start = plane.dst(n, h, col0 + c, row0)
@@ -91,14 +94,55 @@ def _vector(buf, start, block: int, loaded: bool):
     return tir.Broadcast(tir.const(0, buf.dtype), block)
 
 
-def _interleave(ib, src, dst, block):
-    """One stage: vectors i and i + block/2 interleaved, low halves to 2i, high to 2i + 1.
-    log2(block) stages transpose the block."""
-    half = block // 2
-    low = [x for i in range(half) for x in (i, block + i)]
-    high = [x for i in range(half, block) for x in (i, block + i)]
-    for i in range(half):
-        a = tir.BufferLoad(src, [_ramp(i, block)])
-        b = tir.BufferLoad(src, [_ramp(i + half, block)])
-        for k, lanes in ((2 * i, low), (2 * i + 1, high)):
-            ib.emit(tir.BufferStore(dst, tir.Shuffle([a, b], lanes), [_ramp(k, block)]))
+#: Values in a 128-bit lane: the unit of the unpack instructions.
+LANE = 4
+
+
+def _stages(block: int) -> list[list[tuple[int, int, int, list[int]]]]:
+    """The shuffles that transpose a ``block x block`` stage, per stage as ``(out, a, b, mask)``:
+    vector ``out`` of the next stage is ``Shuffle([a, b], mask)`` of this one's. Vector ``c`` of
+    the last stage is column ``c``.
+
+    The first two stages unpack within 128-bit lanes (``unpck{l,h}ps`` on rows 2i, 2i+1, then
+    ``unpck{l,h}pd`` on the results 4j + (0, 2) and 4j + (1, 3)): each lane then holds four rows
+    of one column. Each further stage pairs vectors ``span`` apart (4, then 8) and takes the
+    even, then the odd, lanes of both, as ``vshuff64x2``/``vperm2f128`` do."""
+    steps = [
+        [(2 * i + high, 2 * i, 2 * i + 1, _unpack_mask(block, 1, high))
+         for i in range(block // 2) for high in (0, 1)],
+        [(j + 2 * p + high, j + p, j + p + 2, _unpack_mask(block, 2, high))
+         for j in range(0, block, LANE) for p in (0, 1) for high in (0, 1)],
+    ]
+    span = LANE
+    while span < block:
+        starts = [v for v in range(block) if v // span % 2 == 0]
+        steps.append([(v + h * span, v, v + span, _lanes(block, h))
+                      for v in starts for h in (0, 1)])
+        span *= 2
+    return steps
+
+
+def _unpack_mask(block, width, high):
+    """unpck{l,h}ps (``width`` 1) or unpck{l,h}pd (2): in each 128-bit lane, the low (high) half
+    of ``a`` and of ``b``, interleaved by ``width`` values."""
+    mask = []
+    for lane in range(0, block, LANE):
+        half = lane + high * LANE // 2
+        for k in range(0, LANE // 2, width):
+            mask += [half + k + j for j in range(width)]
+            mask += [block + half + k + j for j in range(width)]
+    return mask
+
+
+def _lanes(block, odd):
+    """The even (odd) 128-bit lanes of ``a``, then those of ``b``."""
+    lanes = range(odd, block // LANE, 2)
+    return [src + lane * LANE + i for src in (0, block) for lane in lanes for i in range(LANE)]
+
+
+def _shuffle(ib, src, dst, block, shuffles):
+    """One stage of :func:`_stages` from stage buffer ``src`` to ``dst``."""
+    for out, a, b, mask in shuffles:
+        va = tir.BufferLoad(src, [_ramp(a, block)])
+        vb = tir.BufferLoad(src, [_ramp(b, block)])
+        ib.emit(tir.BufferStore(dst, tir.Shuffle([va, vb], mask), [_ramp(out, block)]))

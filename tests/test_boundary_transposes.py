@@ -95,6 +95,25 @@ def test_block_size(name, shape, lanes, block):
     assert transposes.block_size(plane, lanes) == block
 
 
+@pytest.mark.parametrize("block", [4, 8, 16])
+def test_register_kernel_stages_transpose_a_block(block):
+    """Followed on labels (row, column), the shuffle stages leave column c in vector c; the two
+    unpack stages take each output lane from the same 128-bit lane of an input."""
+    from tvm_fuse.schedules import register_transpose
+
+    vectors = [[(r, c) for c in range(block)] for r in range(block)]
+    stages = register_transpose._stages(block)  # pylint: disable=protected-access
+    assert len(stages) == block.bit_length() - 1
+    for step, shuffles in enumerate(stages):
+        assert sorted(out for out, *_ in shuffles) == list(range(block))
+        if step < 2:
+            lanes = [(m % block // 4, i // 4) for *_, mask in shuffles for i, m in enumerate(mask)]
+            assert all(source == out for source, out in lanes)
+        vectors = [[(vectors[a] + vectors[b])[m] for m in mask] for _, a, b, mask in
+                   sorted(shuffles)]
+    assert vectors == [[(r, c) for r in range(block)] for c in range(block)]
+
+
 def test_register_kernel_shuffles_whole_vectors():
     """Vector loads, Shuffles and vector stores of 16 lanes; the other shapes stay tiled."""
     data = te.placeholder((1, 4, 32, 64), name="data")
