@@ -16,82 +16,110 @@ took 0.048 ms against the tiled schedule's 0.082-0.090 (a plain copy: 0.035); wi
 microseconds, mostly the parallel launch).
 
 Rows that do not fill a last block are zero vectors in it, and their lanes are not stored.
-The block (``transposes.block_size``) is a power of two that divides the columns. This module
-needs TIR's IR builder, which the Relay stack has and the Relax one does not:
-``schedules.transposes`` imports it only where the Relay strategy asks for the kernel.
+The block (``transposes.block_size``) is a power of two that divides the columns. The kernel is
+written once (:func:`emit`) against a small emitter, because the two stacks build TIR
+differently: TVM 0.19's ``tir.ir_builder`` here (:class:`IRBuilderEmitter`, a ``te.extern`` for
+the Relay strategy), apache-tvm 0.27's script builder in the Relax backend
+(``tvm_fuse.relax.kernel``, a PrimFunc). This module itself imports only TE.
 """
 
 from __future__ import annotations
 
 import math
 
-import tvm
-from tvm import te, tir
+from tvm import te
 
 
 def compute(data: te.Tensor, plane, out_shape, block: int, name: str) -> te.Tensor:
     """The transpose of ``data`` over ``plane`` (a ``transposes.Plane``) as an extern op named
-    ``name``."""
+    ``name``, for the Relay stack (TVM 0.19's ``tir.ir_builder``)."""
 
     def body(ins, outs):
-        return _kernel(plane, block, _flat(ins[0]), _flat(outs[0]))
+        emitter = IRBuilderEmitter()
+        emit(emitter, plane, block, emitter.flat(ins[0]), emitter.flat(outs[0]))
+        return emitter.ib.get()
 
     return te.extern(tuple(out_shape), [data], body, name=name, dtype=data.dtype)
 
 
-def _flat(buf):
-    """A 1-D view of ``buf`` (the kernel's indices are flat)."""
-    size = math.prod(int(dim) for dim in buf.shape)
-    return tvm.tir.decl_buffer((size,), buf.dtype, name=buf.name + "_flat", data=buf.data)
+class IRBuilderEmitter:
+    """What :func:`emit` writes TIR with, on TVM 0.19's ``tir.ir_builder``: the expression
+    module (``expr``), loops, stores, and the stages of ``block`` vectors (:class:`BufferStage`).
+    The Relax backend has its own, on apache-tvm's script builder (``tvm_fuse.relax.kernel``)."""
+
+    def __init__(self):
+        import tvm  # pylint: disable=import-outside-toplevel  # the stack's own TIR module
+
+        self.expr = tvm.tir
+        self.ib = tvm.tir.ir_builder.create()
+
+    def flat(self, buf):
+        """A 1-D view of ``buf`` (the kernel's indices are flat)."""
+        size = math.prod(int(dim) for dim in buf.shape)
+        return self.expr.decl_buffer((size,), buf.dtype, name=buf.name + "_flat", data=buf.data)
+
+    def loop(self, extent: int, name: str, parallel: bool = False):
+        return self.ib.for_range(0, extent, kind="parallel" if parallel else "serial", name=name)
+
+    def store(self, buf, value, index) -> None:
+        self.ib.emit(self.expr.BufferStore(buf, value, [index]))
+
+    def stage(self, dtype: str, block: int, name: str) -> "BufferStage":
+        return BufferStage(self, dtype, block, name)
 
 
-def _kernel(plane, block: int, src, dst):
-    """Parallel over (n, h); per row, column blocks, then row blocks (a last one partial)."""
-    ib = tvm.tir.ir_builder.create()
+class BufferStage:
+    """``block`` vectors in one ``local`` buffer, which LLVM keeps in registers (TVM 0.19
+    cannot bind vectors to variables: its LLVM debug info refuses them)."""
+
+    def __init__(self, emitter: IRBuilderEmitter, dtype: str, block: int, name: str):
+        self.emitter, self.block = emitter, block
+        self.buf = emitter.ib.allocate(dtype, block * block, name=name, scope="local")._buffer
+
+    def _vector(self, index: int):
+        return self.emitter.expr.Ramp(index * self.block, 1, self.block)
+
+    def set(self, index: int, value) -> None:
+        self.emitter.store(self.buf, value, self._vector(index))
+
+    def get(self, index: int):
+        return self.emitter.expr.BufferLoad(self.buf, [self._vector(index)])
+
+
+def emit(emitter, plane, block: int, src, dst) -> None:
+    """The kernel on the flat buffers ``src`` and ``dst``, through ``emitter``: parallel over
+    (n, h); per row, column blocks, then row blocks (a last one partial)."""
+    tir = emitter.expr
     full, tail = divmod(plane.rows, block)
-    with ib.for_range(0, plane.batch * plane.height, kind="parallel", name="nh") as nh:
+    with emitter.loop(plane.batch * plane.height, "nh", parallel=True) as nh:
         n, h = nh // plane.height, nh % plane.height
-        stages = [
-            ib.allocate(src.dtype, block * block, name=f"stage{i}", scope="local")._buffer
-            for i in range(2)
-        ]
+        stages = [emitter.stage(src.dtype, block, f"stage{i}") for i in range(2)]
 
         def transpose_block(row0, col0, rows):
             """The ``rows`` x ``block`` values at (row0, col0) of this (n, h) row."""
             for r in range(block):
-                start = plane.src(n, h, row0 + r, col0)
-                value = _vector(src, start, block, r < rows)
-                ib.emit(tir.BufferStore(stages[0], value, [_ramp(r, block)]))
+                if r < rows:
+                    start = plane.src(n, h, row0 + r, col0)
+                    value = tir.BufferLoad(src, [tir.Ramp(start, 1, block)])
+                else:  # a row past the map's last
+                    value = tir.Broadcast(tir.const(0, src.dtype), block)
+                stages[0].set(r, value)
             steps = _stages(block)
             for step, shuffles in enumerate(steps):
-                _shuffle(ib, stages[step % 2], stages[(step + 1) % 2], block, shuffles)
+                _shuffle(tir, stages[step % 2], stages[(step + 1) % 2], shuffles)
             for c in range(block):
-                value = tir.BufferLoad(stages[len(steps) % 2], [_ramp(c, block)])
+                value = stages[len(steps) % 2].get(c)
                 if rows < block:
                     value = tir.Shuffle([value], list(range(rows)))
                 start = plane.dst(n, h, col0 + c, row0)
-                index = tir.Ramp(start, 1, rows) if rows > 1 else start
-                ib.emit(tir.BufferStore(dst, value, [index]))
+                emitter.store(dst, value, tir.Ramp(start, 1, rows) if rows > 1 else start)
 
-        with ib.for_range(0, plane.cols // block, name="col_block") as cb:
+        with emitter.loop(plane.cols // block, "col_block") as cb:
             if full:
-                with ib.for_range(0, full, name="row_block") as rb:
+                with emitter.loop(full, "row_block") as rb:
                     transpose_block(rb * block, cb * block, block)
             if tail:
                 transpose_block(full * block, cb * block, tail)
-    return ib.get()
-
-
-def _ramp(index: int, block: int):
-    """The ``index``-th vector of a ``block x block`` stage buffer."""
-    return tir.Ramp(index * block, 1, block)
-
-
-def _vector(buf, start, block: int, loaded: bool):
-    """``block`` values of ``buf`` from ``start``, or zeros (a row past the map's last)."""
-    if loaded:
-        return tir.BufferLoad(buf, [tir.Ramp(start, 1, block)])
-    return tir.Broadcast(tir.const(0, buf.dtype), block)
 
 
 #: Values in a 128-bit lane: the unit of the unpack instructions.
@@ -140,9 +168,7 @@ def _lanes(block, odd):
     return [src + lane * LANE + i for src in (0, block) for lane in lanes for i in range(LANE)]
 
 
-def _shuffle(ib, src, dst, block, shuffles):
-    """One stage of :func:`_stages` from stage buffer ``src`` to ``dst``."""
+def _shuffle(tir, src, dst, shuffles) -> None:
+    """One stage of :func:`_stages`, from the stage ``src`` to ``dst``."""
     for out, a, b, mask in shuffles:
-        va = tir.BufferLoad(src, [_ramp(a, block)])
-        vb = tir.BufferLoad(src, [_ramp(b, block)])
-        ib.emit(tir.BufferStore(dst, tir.Shuffle([va, vb], mask), [_ramp(out, block)]))
+        dst.set(out, tir.Shuffle([src.get(a), src.get(b)], mask))

@@ -19,6 +19,8 @@ from typing import Callable, NamedTuple
 
 from tvm import te
 
+from . import register_transpose
+
 
 def exit_compute(data):
     """``out[n, c, h, w] = data[n, h, w, c]``."""
@@ -114,8 +116,6 @@ def cpu_compute(name: str, data, lanes: int):
     block = block_size(plane, lanes)
     if not block:
         return out
-    from . import register_transpose  # TIR's IR builder: the Relay stack only
-
     return register_transpose.compute(data, plane, out.shape, block, name)
 
 

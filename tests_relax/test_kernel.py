@@ -179,14 +179,47 @@ def test_avx512_layout_and_tiles_compute_right_here_too(case, rng, target):
     assert_close(got, _reference(spec, x, w, b, r), rel=1e-5)
 
 
-@pytest.mark.parametrize("name", transposes.TRANSPOSES)
-@pytest.mark.parametrize("shape", [(1, 112, 112, 64), (2, 7, 7, 20), (1, 5, 3, 1)])
-def test_boundary_transpose_matches_numpy(name, shape, rng, target):
-    func = kernel.boundary_transpose(name, shape, "float32", compat.simd_lanes(target))
-    assert "T.parallel" in func.script() and "T.vectorized" in func.script()
+def _run_transpose(name, shape, lanes, rng, target):
+    """(the kernel's TVMScript, its result, NumPy's) for a random ``shape`` input."""
+    func = kernel.boundary_transpose(name, shape, "float32", lanes)
     lib = tvm.compile(tvm.IRModule({"main": func}), target=target)
     x = rng.standard_normal(shape).astype("float32")
     axes = transposes.TRANSPOSES[name].axes
     out = tvm.runtime.empty([shape[a] for a in axes], "float32")
     lib(tvm.runtime.tensor(x), out)
-    np.testing.assert_array_equal(out.numpy(), x.transpose(*axes))
+    return func.script(), out.numpy(), x.transpose(*axes)
+
+
+@pytest.mark.parametrize("name", transposes.TRANSPOSES)
+@pytest.mark.parametrize("shape", [(1, 112, 112, 64), (2, 7, 7, 20), (1, 5, 3, 1), (2, 5, 13, 17)])
+def test_boundary_transpose_matches_numpy(name, shape, rng, target):
+    """Each shape as the host's lanes give it: in registers (whole-vector loads, Shuffles) where
+    ``transposes.block_size`` finds a block, tiled (vectorized) elsewhere."""
+    lanes = compat.simd_lanes(target)
+    script, got, expected = _run_transpose(name, shape, lanes, rng, target)
+    in_registers = transposes.block_size(transposes.TRANSPOSES[name].plane(shape), lanes) > 0
+    assert "T.parallel" in script
+    assert ("T.Shuffle" in script) == in_registers
+    assert ("T.vectorized" in script) == (not in_registers)
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("lanes", [16, 8, 4])
+@pytest.mark.parametrize(
+    "name, shape",
+    [
+        ("nhwc_to_nchw", (1, 4, 32, 64)),
+        ("nhwc_to_nchw", (2, 3, 56, 24)),  # blocks of 8, rows 56 = 3 x 16 + 8
+        ("nhwc_to_nchw", (1, 7, 7, 512)),  # 7 = 4 + 3
+        ("nhwc_to_nchw", (1, 2, 9, 16)),  # a one-row tail
+        ("nchw_to_nhwc", (1, 20, 3, 16)),  # rows C = 20 = 16 + 4
+        ("nchw_to_nhwc", (2, 24, 3, 56)),
+    ],
+)
+def test_register_transpose_matches_numpy(name, shape, lanes, rng, target):
+    """The in-register kernel (the Relay backend's, written with the script builder) at 16, 8
+    and 4 lanes (LLVM splits vectors wider than the host's), whole and partial blocks, batch 2;
+    its vectors live in variables, no buffer is allocated."""
+    script, got, expected = _run_transpose(name, shape, lanes, rng, target)
+    assert "T.Shuffle" in script and "T.parallel" in script and "alloc" not in script
+    np.testing.assert_array_equal(got, expected)

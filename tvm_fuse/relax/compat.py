@@ -17,6 +17,8 @@ from tvm import relax
 
 try:
     from tvm import s_tir, tirx
+    from tvm.script import ir_builder as _ir_builder
+    from tvm.tirx.script.builder import ir as _script_tir
 except ImportError as err:  # TVM 0.19: the Relay stack
     raise ImportError(
         f"tvm_fuse.relax needs apache-tvm 0.27 (Relax + TensorIR), found TVM {tvm.__version__}; "
@@ -24,6 +26,15 @@ except ImportError as err:  # TVM 0.19: the Relay stack
     ) from err
 
 Schedule = s_tir.Schedule
+#: TIR written statement by statement (TVMScript's builder): ``with IRBuilder() as ib:`` around
+#: ``ScriptTIR``'s frames (``prim_func``, ``parallel``, ``buffer_store``, ...), then ``ib.get()``
+IRBuilder = _ir_builder.IRBuilder
+ScriptTIR = _script_tir
+#: The attribute that lets codegen assume a PrimFunc's buffers do not alias, as
+#: ``te.create_prim_func`` spells it. A function written by hand must set it too, under this
+#: name: one carrying TVM 0.19's ``tir.noalias`` instead left every function of its module
+#: compiled without noalias (the fused conv's inner loop with a third of its FMAs).
+NOALIAS = "tirx.noalias"
 #: ``relax.Constant`` became ``tvm.ir.expr.Constant`` (``GenericConst``) in 0.27
 Constant = getattr(relax, "Constant", None) or tvm.ir.expr.Constant
 PrimFunc = tirx.PrimFunc

@@ -27,9 +27,12 @@ nor fuses it with its neighbours.
 
 from __future__ import annotations
 
+import math
+
 from tvm import te
 
-from ..schedules import fused_te, generic, tiling, transposes, winograd_te, winograd_tiling
+from ..schedules import fused_te, generic, register_transpose, tiling, transposes, winograd_te
+from ..schedules import winograd_tiling
 from ..spec import KernelSpec
 from . import compat, winograd
 
@@ -85,9 +88,23 @@ def kernel_name(spec: KernelSpec) -> str:
 
 def boundary_transpose(name: str, shape, dtype: str, lanes: int):
     """The graph's entry or exit transpose ``name`` (of ``schedules.transposes.TRANSPOSES``) of a
-    ``shape`` tensor as the Relay backend's cache-blocked kernel: parallel over (N, H), tiles of
-    up to ``lanes`` x ``lanes`` values, the input's contiguous axis unrolled, the output's
-    vectorized."""
+    ``shape`` tensor as the Relay backend's kernel: parallel over (N, H); blocks transposed in
+    registers where ``transposes.block_size`` finds one (``schedules.register_transpose``),
+    else tiles of up to ``lanes`` x ``lanes`` values, the input's contiguous axis unrolled, the
+    output's vectorized."""
+    transpose = transposes.TRANSPOSES[name]
+    plane = transpose.plane([int(d) for d in shape])
+    block = transposes.block_size(plane, lanes) if dtype == "float32" else 0
+    attrs = {"tvm_fuse.kernel": transposes.implementation(name), "tir.is_scheduled": True}
+    if not block:
+        return _tiled_transpose(name, shape, dtype, lanes).with_attrs(attrs)
+    # opaque: its loops are not TensorIR blocks that Relax's pattern analysis could read
+    return _register_transpose(name, shape, dtype, plane, block).with_attrs(
+        {**attrs, "op_pattern": OPAQUE}
+    )
+
+
+def _tiled_transpose(name: str, shape, dtype: str, lanes: int):
     data = te.placeholder(tuple(shape), dtype, name="data")
     transpose = transposes.TRANSPOSES[name]
     out = transpose.compute(data)
@@ -104,8 +121,67 @@ def boundary_transpose(name: str, shape, dtype: str, lanes: int):
     sch.parallel(sch.fuse(loops[0], loops[row]))
     sch.unroll(u_in)
     sch.vectorize(v_in)
-    attrs = {"tvm_fuse.kernel": transposes.implementation(name), "tir.is_scheduled": True}
-    return sch.mod["main"].with_attrs(attrs)
+    return sch.mod["main"]
+
+
+def _register_transpose(name: str, shape, dtype: str, plane, block: int):
+    """The in-register kernel as a PrimFunc ``(data, out)``, written with the script builder,
+    with TensorIR's semantics and root block (as ``te.create_prim_func``'s: Relax's analyses
+    expect them)."""
+    builder = compat.ScriptTIR
+    out_shape = [shape[a] for a in transposes.TRANSPOSES[name].axes]
+    with compat.IRBuilder() as ib:
+        with builder.prim_func(s_tir=True):
+            builder.func_name("main")
+            builder.func_attr({"global_symbol": "main", compat.NOALIAS: True})
+            data = builder.arg("data", builder.buffer(tuple(shape), dtype))
+            out = builder.arg(name, builder.buffer(tuple(out_shape), dtype))
+            with builder.sblock("root"):
+                emitter = _ScriptEmitter()
+                src, dst = emitter.flat(data), emitter.flat(out)
+                register_transpose.emit(emitter, plane, block, src, dst)
+    return ib.get()
+
+
+class _ScriptEmitter:
+    """``schedules.register_transpose.emit``'s emitter on apache-tvm's script builder. Its
+    stages bind their vectors to variables (:class:`_BoundStage`): a ``local`` buffer, even of
+    64 bytes, is lowered there to a heap workspace per parallel iteration (measured 2.4-3x
+    slower than the tiled schedule), never to registers."""
+
+    expr = compat.tirx
+
+    @staticmethod
+    def flat(buf):
+        size = math.prod(int(dim) for dim in buf.shape)
+        return compat.ScriptTIR.decl_buffer((size,), buf.dtype, data=buf.data)
+
+    @staticmethod
+    def loop(extent: int, name: str, parallel: bool = False):
+        del name  # the builder names its loop variables itself
+        return (compat.ScriptTIR.parallel if parallel else compat.ScriptTIR.serial)(0, extent)
+
+    @staticmethod
+    def store(buf, value, index) -> None:
+        compat.ScriptTIR.buffer_store(buf, value, [index])
+
+    @staticmethod
+    def stage(dtype: str, block: int, name: str) -> "_BoundStage":
+        del dtype, name
+        return _BoundStage(block)
+
+
+class _BoundStage:
+    """``block`` vectors, each bound to a variable where it is set."""
+
+    def __init__(self, block: int):
+        self.vectors = [None] * block
+
+    def set(self, index: int, value) -> None:
+        self.vectors[index] = compat.ScriptTIR.Bind(value)
+
+    def get(self, index: int):
+        return self.vectors[index]
 
 
 def spec_of(func) -> KernelSpec | None:
