@@ -184,7 +184,7 @@ def reference_f64(num_layers: int, params: dict, data: np.ndarray, target) -> np
     return common.TvmRunner(lib, {"data": data.astype("float64")}).output().astype("float64")
 
 
-def profile(mod, params, data, target, top: int, peak_gflops=None, specs=None) -> dict:
+def profile(mod, params, data, target, top: int, peak_gflops=None, specs=None, lib=None) -> dict:
     """tvm_fuse's kernels timed one by one by TVM's debug executor (weights warm in cache).
 
     ``kernels``: the ``top`` slowest, each with its node name, output shape, median ms and share
@@ -192,8 +192,10 @@ def profile(mod, params, data, target, top: int, peak_gflops=None, specs=None) -
     of the direct conv, counted twice, as for every algorithm) and, given the FMA peak
     ``peak_gflops``, its % of that peak. ``by_algorithm``: every kernel's time summed by
     algorithm; ``kernel_sum_ms`` and ``weight_mb``, the built module's weights
-    (``kernel_profile.profile``). ``specs``: the model's ``KernelSpec``s if already known."""
-    lib = tvm_fuse.build(mod, params=params, target=target)
+    (``kernel_profile.profile``). ``specs``: the model's ``KernelSpec``s if already known;
+    ``lib``: tvm_fuse's build of the model if already built (the one that was timed)."""
+    if lib is None:
+        lib = tvm_fuse.build(mod, params=params, target=target)
     graph_json = lib.get_graph_json()
     with tempfile.TemporaryDirectory() as tmp:
         dbg = debug_executor.create(graph_json, lib.get_lib(), tvm.cpu(), dump_root=tmp)
@@ -249,8 +251,9 @@ def bench_model(
     num_layers = MODELS[name]
     mod, params = models.zoo_workload(name)  # relay.testing's, BN statistics redrawn
     data = np.random.default_rng(1).standard_normal(INPUT_SHAPE).astype("float32")
+    built = {}
     preps = peers.implementations(
-        mod, params, data, target, lambda: torch_resnet(num_layers, params), impls
+        mod, params, data, target, lambda: torch_resnet(num_layers, params), impls, built
     )
     reference = None
     if exact:
@@ -268,7 +271,8 @@ def bench_model(
         end_to_end_ms = results["tvm_fuse"].ms
 
         def run_profile():  # describes the model itself when the step above failed
-            prof = profile(mod, params, data, target, top, peak_gflops, specs)
+            lib = built.get("tvm_fuse")
+            prof = profile(mod, params, data, target, top, peak_gflops, specs, lib)
             return kernel_profile.whole_model(prof, end_to_end_ms) if end_to_end_ms else prof
 
         record["profile_tvm_fuse"] = _or_error("profile", run_profile)

@@ -90,21 +90,28 @@ def ort_runner(module, data: np.ndarray) -> common.CallableRunner:
     return common.CallableRunner(lambda: session.run_with_iobinding(binding), fetch=lambda: out)
 
 
-def implementations(mod, params, data, target, torch_module, names) -> dict:
+def implementations(mod, params, data, target, torch_module, names, built=None) -> dict:
     """name -> zero-argument preparer of a ``common.Runner``, for ``common.run_case``.
 
     ``names`` are taken from ``common.TVM_BUILDERS`` (built from the Relay ``mod``/``params``)
     and ``pytorch``/``onnxruntime`` (made from ``torch_module()``, a factory of the equivalent
-    PyTorch module holding the same weights). The input is named ``data``.
+    PyTorch module holding the same weights). The input is named ``data``. ``built``, a dict,
+    receives each TVM implementation's built module by name (for a profile of the same build).
     """
 
-    def tvm_prep(builder):
-        return lambda: common.TvmRunner(builder(mod, params, target), {"data": data})
+    def tvm_prep(name, builder):
+        def prepare():
+            lib = builder(mod, params, target)
+            if built is not None:
+                built[name] = lib
+            return common.TvmRunner(lib, {"data": data})
+
+        return prepare
 
     def peer_prep(make_runner):
         return lambda: make_runner(_peer_module(torch_module), data)
 
-    preps = {name: tvm_prep(b) for name, b in common.TVM_BUILDERS.items() if name in names}
+    preps = {n: tvm_prep(n, b) for n, b in common.TVM_BUILDERS.items() if n in names}
     peer_runners = {"pytorch": torch_runner, "onnxruntime": ort_runner}
     preps.update({name: peer_prep(r) for name, r in peer_runners.items() if name in names})
     return preps

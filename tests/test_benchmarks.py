@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tvm_fuse.bench import bench_layers, bench_models, common, fma_peak  # common: thread env
-from tvm_fuse.bench import kernel_profile
+from tvm_fuse.bench import kernel_profile, peers
 
 import tvm  # noqa: E402
 import tvm_fuse  # noqa: E402
@@ -163,6 +163,25 @@ def test_model_profile_names_shapes_shares_and_peak():
     assert prof["weight_mb"] == pytest.approx((128 * 9 * 64 + 128) * 4 / 1e6)
     assert direct["ms_at_peak"] == pytest.approx(gflop / peak * 1e3)
     assert other["gflop"] is None and other["ms_at_peak"] is None
+
+
+def test_model_profile_reuses_the_timed_build(monkeypatch):
+    """``bench_models`` profiles the module it timed: the preparer hands its build over, and
+    ``profile`` given it builds nothing."""
+    mod, params = examples.seed_example()
+    data = np.random.default_rng(0).standard_normal((1, 64, 56, 56)).astype("float32")
+    target, built = tvm_fuse.host_target(), {}
+    preps = peers.implementations(mod, params, data, target, None, ("tvm_fuse",), built)
+    runner = preps["tvm_fuse"]()
+    assert set(built) == {"tvm_fuse"}
+
+    def no_second_build(*_args, **_kwargs):
+        raise AssertionError("built again")
+
+    monkeypatch.setattr(bench_models.tvm_fuse, "build", no_second_build)
+    prof = bench_models.profile(mod, params, data, target, top=3, lib=built["tvm_fuse"])
+    assert len(prof["kernels"]) == 3
+    assert runner.output().shape == (1, 128, 28, 28)
 
 
 def test_kernel_summary_groups_by_algorithm_with_time_at_peak():
