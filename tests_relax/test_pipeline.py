@@ -137,6 +137,29 @@ def test_default_build_pipeline_leaves_the_kernels_as_scheduled(seed_path, targe
         tvm.ir.assert_structural_equal(kernels[name].body, func.body)
 
 
+def test_tvms_own_schedulers_leave_the_kernels_alone(seed_path, target):
+    """Every kernel tvm_fuse writes is marked scheduled the way TVM's dlight and meta_schedule
+    read it, so neither reschedules nor tunes it; a rule that would schedule everything sees none
+    of them."""
+    from tvm.s_tir import dlight  # pylint: disable=import-outside-toplevel
+
+    optimized = tfr.optimize(
+        from_onnx(onnx.load(seed_path), keep_params_in_input=False), target=target
+    )
+    kernels = [f for _, f in optimized.functions_items() if isinstance(f, compat.PrimFunc)]
+    assert len(kernels) == 3  # entry, conv, exit
+    assert all(int(f.attrs["tirx.is_scheduled"]) == 1 for f in kernels)
+    seen = []
+
+    @dlight.ScheduleRule.from_callable("everything")
+    def everything(func, _target, _tunable):
+        seen.append(func)
+
+    with target:
+        dlight.ApplyDefaultSchedule(everything)(optimized)
+    assert not seen
+
+
 def test_unbound_weights_are_packed_by_relax_ops_at_run_time(block_path, rng, target):
     """Weights left as inputs of ``main``: nothing to fold, the convs still fuse, their weights
     are packed by Relax ops in the graph (Co 16 on AVX2 and AVX-512 alike: 16 is whole)."""

@@ -35,6 +35,10 @@ ScriptTIR = _script_tir
 #: name: one carrying TVM 0.19's ``tir.noalias`` instead left every function of its module
 #: compiled without noalias (the fused conv's inner loop with a third of its FMAs).
 NOALIAS = "tirx.noalias"
+#: The attribute by which TVM's own schedulers (dlight's ``ApplyDefaultSchedule``, meta_schedule's
+#: task extraction) and ``fallback.ScheduleFallback`` leave a PrimFunc's schedule alone
+#: (TVM 0.19 spelled it ``tir.is_scheduled``, which 0.27 does not read).
+IS_SCHEDULED = "tirx.is_scheduled"
 #: ``relax.Constant`` became ``tvm.ir.expr.Constant`` (``GenericConst``) in 0.27
 Constant = getattr(relax, "Constant", None) or tvm.ir.expr.Constant
 PrimFunc = tirx.PrimFunc

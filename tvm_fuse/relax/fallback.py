@@ -6,7 +6,7 @@ Relax compiles those as the default loop nest, one thread and no vectors (1.6 GF
 conv). Each block gets: its outer spatial loops fused and parallel; for a reduction, the reduction
 loops moved outside the innermost spatial loop, which is vectorized (so a conv accumulates a row
 of outputs at a time), and the initialisation split off; a spatial block's innermost loop
-vectorized. It leaves alone the PrimFuncs already scheduled (``tir.is_scheduled``: tvm_fuse's
+vectorized. It leaves alone the PrimFuncs already scheduled (``compat.IS_SCHEDULED``: tvm_fuse's
 kernels), blocks whose loops do not map one to one onto their iterators, and any function a
 primitive refuses (it keeps its default nest; the result is right either way).
 """
@@ -35,7 +35,7 @@ def ScheduleFallback() -> tvm.transform.Pass:  # pylint: disable=invalid-name  (
 
 def _scheduled(func) -> bool:
     attrs = func.attrs
-    return attrs is not None and bool(attrs.get("tir.is_scheduled", False))
+    return attrs is not None and bool(attrs.get(compat.IS_SCHEDULED, False))
 
 
 def scheduled(func):
@@ -44,7 +44,7 @@ def scheduled(func):
         sch = compat.Schedule(tvm.IRModule({"main": func}))
         for block in sch.get_child_blocks(sch.get_sblock("root")):
             _schedule_block(sch, block)
-        return sch.mod["main"].with_attr("tir.is_scheduled", True)
+        return sch.mod["main"].with_attr(compat.IS_SCHEDULED, True)
     except (tvm.TVMError, ValueError, IndexError):
         return func
 

@@ -73,7 +73,7 @@ def prim_func(spec: KernelSpec, tiles: tiling.Tiles | None = None, cores: int | 
         {
             SPEC_ATTR: spec.to_json(),
             "tvm_fuse.kernel": kernel_name(spec),
-            "tir.is_scheduled": True,
+            compat.IS_SCHEDULED: True,
             "op_pattern": OPAQUE,
         }
     )
@@ -95,7 +95,7 @@ def boundary_transpose(name: str, shape, dtype: str, lanes: int):
     transpose = transposes.TRANSPOSES[name]
     plane = transpose.plane([int(d) for d in shape])
     block = transposes.block_size(plane, lanes) if dtype == "float32" else 0
-    attrs = {"tvm_fuse.kernel": transposes.implementation(name), "tir.is_scheduled": True}
+    attrs = {"tvm_fuse.kernel": transposes.implementation(name), compat.IS_SCHEDULED: True}
     if not block:
         return _tiled_transpose(name, shape, dtype, lanes).with_attrs(attrs)
     # opaque: its loops are not TensorIR blocks that Relax's pattern analysis could read
