@@ -1,5 +1,4 @@
-"""The boundary transposes as in-register block transposes: an extern kernel built with TIR's
-IR builder.
+"""The boundary transposes as in-register block transposes, written once for both backends.
 
 Per (n, h) row, each transpose turns a matrix whose columns are contiguous in the input (the
 exit's C, the entry's W) into one whose rows are contiguous in the output (the exit's W, the
@@ -7,13 +6,13 @@ entry's C). The kernel loads ``block`` rows of ``block`` columns as vectors, tra
 registers in log2(block) stages of ``Shuffle``s and stores ``block`` vectors of rows: every
 load and every store is a whole vector. The shuffles are the classic in-lane sequence (see
 :func:`_stages`), which LLVM emits as ``vunpck*ps``/``vunpck*pd`` and 128-bit lane shuffles
-(``vshuff64x2``, ``vperm2f128``): 64 per 16x16 block, two thirds of them within 128-bit lanes.
+(``vshuff64x2``, ``vperm2f128``): 64 per 16x16 block, half of them within 128-bit lanes.
 A tiled TE schedule (``schedules.transposes.schedule``) cannot say this: it gathers (or
 scatters) one element per lane. On a 112x112x64 exit (3.2 MB) on 2 cores of znver4 this kernel
 took 0.048 ms against the tiled schedule's 0.082-0.090 (a plain copy: 0.035); with 8 lanes
 (``-mcpu=znver3`` code) 0.050 against 0.084. Interleaves across the whole vector instead
-(64 ``vpermt2ps``) took 0.051 and 0.059. On maps of at most 7x7 all are alike (a few
-microseconds, mostly the parallel launch).
+(64 ``vpermt2ps``) took 0.051 and 0.059. On the Relax backend the same kernel took 0.042. On
+maps of at most 7x7 all are alike (a few microseconds, mostly the parallel launch).
 
 Rows that do not fill a last block are zero vectors in it, and their lanes are not stored.
 The block (``transposes.block_size``) is a power of two that divides the columns. The kernel is

@@ -217,7 +217,7 @@ def test_boundary_transpose_matches_numpy(name, shape, rng, target):
     ],
 )
 def test_register_transpose_matches_numpy(name, shape, lanes, rng, target):
-    """The in-register kernel (the Relay backend's, written with the script builder) at 16, 8
+    """The in-register kernel (the Relay backend's, written here with the script builder) at 16, 8
     and 4 lanes (LLVM splits vectors wider than the host's), whole and partial blocks, batch 2;
     its vectors live in variables, no buffer is allocated."""
     script, got, expected = _run_transpose(name, shape, lanes, rng, target)
