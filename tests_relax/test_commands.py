@@ -84,6 +84,15 @@ def test_demo_checks_itself(capsys):
     assert "after LowerFusedConv" in out and "call_tir(tvm_fuse_conv2d_nhwc_fused_0)" in out
 
 
+@pytest.mark.parametrize("target", ["bogus", "llvm -foo=1", "llvm mcpu"])
+def test_a_bad_target_is_a_one_line_error(tmp_path, capsys, target):
+    seed = onnx_example.conv_bn_act(tmp_path / "seed.onnx")
+    assert cli.main(["compile", seed, "-o", str(tmp_path / "seed.so"), "--target", target]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"invalid target {target!r}" in err
+    assert not (tmp_path / "seed.so").exists()
+
+
 def test_relay_backend_is_a_one_line_error_here(tmp_path, capsys):
     seed = onnx_example.conv_bn_act(tmp_path / "seed.onnx")
     assert cli.main(["compile", seed, "--backend", "relay"]) == 2

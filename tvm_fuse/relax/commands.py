@@ -49,7 +49,7 @@ def load(path, input_shapes=None) -> tvm.IRModule:
 def target_of(text):
     try:
         return compat.target_from_text(text)
-    except (ValueError, tvm.TVMError) as err:
+    except (ValueError, compat.Error) as err:
         raise UserError(f"invalid target {text!r}: {err}") from None
 
 

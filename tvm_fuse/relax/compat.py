@@ -39,6 +39,10 @@ NOALIAS = "tirx.noalias"
 #: task extraction) and ``fallback.ScheduleFallback`` leave a PrimFunc's schedule alone
 #: (TVM 0.19 spelled it ``tir.is_scheduled``, which 0.27 does not read).
 IS_SCHEDULED = "tirx.is_scheduled"
+#: What TVM raises for input or IR it refuses, beside ``ValueError``/``TypeError``: 0.19's
+#: ``tvm.TVMError`` is gone in 0.27, whose own errors (``InternalError``, a schedule's
+#: ``ScheduleError``) are ``RuntimeError``s
+Error = RuntimeError
 #: ``relax.Constant`` became ``tvm.ir.expr.Constant`` (``GenericConst``) in 0.27
 Constant = getattr(relax, "Constant", None) or tvm.ir.expr.Constant
 PrimFunc = tirx.PrimFunc

@@ -45,7 +45,7 @@ def scheduled(func):
         for block in sch.get_child_blocks(sch.get_sblock("root")):
             _schedule_block(sch, block)
         return sch.mod["main"].with_attr(compat.IS_SCHEDULED, True)
-    except (tvm.TVMError, ValueError, IndexError):
+    except (compat.Error, ValueError, IndexError):
         return func
 
 
