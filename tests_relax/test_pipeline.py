@@ -7,7 +7,9 @@ within 1e-4 of max |reference|.
 """
 
 import re
+import warnings
 
+import numpy as np
 import onnx
 import pytest
 import tvm
@@ -15,8 +17,8 @@ from tvm import relax
 from tvm.relax.frontend.onnx import from_onnx
 
 import tvm_fuse.relax as tfr
-from helpers import op_names, run, transposes
-from reference import assert_close
+from helpers import conv_nchw, module, op_names, run, tensor_var, transposes
+from reference import assert_close, conv2d_nchw
 from tvm_fuse import onnx_example
 from tvm_fuse.relax import compat, kernel
 
@@ -76,6 +78,39 @@ def test_every_kernel_is_compiled_with_noalias(seed_path, target):
     assert len(kernels) == 3  # entry, conv, exit
     for name in kernels:
         assert re.search(rf"@{name}_compute_\([^)]*ptr noalias", llvm_ir), name
+
+
+def test_build_names_a_primfunc_without_noalias(rng, target):
+    """A hand-written PrimFunc without the noalias attribute takes it from every kernel of its
+    module (see above): ``build`` names it in one warning, and the result stays right."""
+    from tvm.script import tirx as T  # pylint: disable=import-outside-toplevel
+
+    shape = (1, 16, 12, 12)
+
+    @T.prim_func
+    def add_one(a: T.Buffer(shape, "float32"), b: T.Buffer(shape, "float32")):
+        for n, c, h, w in T.grid(*shape):
+            b[n, c, h, w] = a[n, c, h, w] + T.float32(1)
+
+    weight = rng.standard_normal((16, 16, 3, 3)).astype("float32")
+
+    def conv_relu(bb, data):
+        return relax.op.nn.relu(bb.emit(conv_nchw(data, weight)))
+
+    def then_add_one(bb, data):
+        out = compat.TensorType(shape, "float32")
+        return relax.call_tir(bb.add_func(add_one, "add_one"), [bb.emit(conv_relu(bb, data))], out)
+
+    x = rng.standard_normal(shape).astype("float32")
+    expected = np.maximum(conv2d_nchw(x, weight, padding=(1,) * 4), 0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plain = tfr.build(module([tensor_var("data", shape)], conv_relu), target=target)
+    assert not [w for w in caught if "noalias" in str(w.message)]
+    with pytest.warns(UserWarning, match=r"'tirx.noalias' on PrimFunc\(s\) add_one, apache"):
+        exe = tfr.build(module([tensor_var("data", shape)], then_add_one), target=target)
+    assert_close(run(plain, x), expected, rel=1e-5)
+    assert_close(run(exe, x), expected + 1, rel=1e-5)
 
 
 def test_residual_block_matches_onnxruntime_with_transposes_at_the_boundaries(

@@ -15,6 +15,8 @@ gives them ``ScheduleFallback``'s parallel, vectorized schedule, which stock Rel
 
 from __future__ import annotations
 
+import warnings
+
 import tvm
 from tvm import relax
 
@@ -84,7 +86,29 @@ def build(
     target = compat.as_target(target)
     relax_pipeline = memory_pipeline(memory)  # a bad choice fails before the build
     lowered = lowered_for_compile(mod, params, target, algorithm, precision, tuning_records)
+    _warn_without_noalias(lowered)
     return tvm.compile(lowered, target=target, relax_pipeline=relax_pipeline)
+
+
+def _warn_without_noalias(mod: tvm.IRModule) -> None:
+    """Name the PrimFuncs of ``mod`` that do not say their buffers never alias
+    (``compat.NOALIAS``): with one of them in the module, apache-tvm compiles every PrimFunc
+    without noalias parameters, tvm_fuse's fused convs included (the stem's measured 2.7x
+    slower). TVMScript functions lack the attribute unless they set it; legalized ops have it."""
+    lacking = sorted(
+        gv.name_hint
+        for gv, func in mod.functions_items()
+        if isinstance(func, compat.PrimFunc)
+        and not (func.attrs is not None and bool(func.attrs.get(compat.NOALIAS, False)))
+    )
+    if lacking:
+        warnings.warn(
+            f"tvm_fuse.relax.build: without the attribute '{compat.NOALIAS}' on PrimFunc(s) "
+            f"{', '.join(lacking)}, apache-tvm compiles every kernel of the module without "
+            "noalias (tvm_fuse's convs measured up to 2.7x slower); where a function's buffers "
+            f'never alias, add T.func_attr({{"{compat.NOALIAS}": True}}) to it',
+            stacklevel=3,
+        )
 
 
 def lowered_for_compile(
