@@ -64,6 +64,7 @@ LAYERS = [
             "demo",
             "package",
             "user_inputs",
+            "output_files",
             "progress",
             "tvmc",
         ],

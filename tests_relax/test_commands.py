@@ -1,5 +1,7 @@
 """``tvm-fuse demo|compile|explain`` on the Relax backend (apache-tvm is the installed TVM)."""
 
+import os
+
 import numpy as np
 import onnx
 import pytest
@@ -91,6 +93,47 @@ def test_a_bad_target_is_a_one_line_error(tmp_path, capsys, target):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"invalid target {target!r}" in err
     assert not (tmp_path / "seed.so").exists()
+
+
+@pytest.fixture(scope="module")
+def seed_model(tmp_path_factory):
+    return onnx_example.conv_bn_act(tmp_path_factory.mktemp("onnx") / "seed.onnx")
+
+
+@pytest.mark.parametrize(
+    "where, says",
+    [
+        ("missing_dir/seed.so", "cannot write there"),
+        (".", "is a directory; give -o a file name such as model.so"),
+        ("notes.txt", "exists and is not a shared library; give -o another path, or add --force"),
+        ("seed.onnx", "is the model"),
+    ],
+)
+def test_compile_refuses_an_output_that_would_destroy_something(
+    seed_model, tmp_path, capsys, monkeypatch, where, says
+):
+    """One line, nothing written, and an existing file (the notes, the model itself: also
+    through a hard link) left as it was; checked before the build."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("keep me")
+    os.link(seed_model, tmp_path / "seed.onnx")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    assert cli.main(["compile", str(seed_model), "-o", where]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+    assert not any(p.name.startswith(".tvm_fuse-") for p in tmp_path.iterdir())
+
+
+def test_compile_replaces_its_own_library_and_other_files_with_force(seed_model, tmp_path):
+    library, notes = tmp_path / "seed.so", tmp_path / "notes.so"
+    library.write_bytes(b"\x7fELF and the rest of an old library")
+    notes.write_text("keep me")
+    assert cli.main(["compile", str(seed_model), "-o", str(library)]) == 0
+    assert cli.main(["compile", str(seed_model), "-o", str(notes), "--force"]) == 0
+    for path in (library, notes):
+        tvm.runtime.load_module(str(path))  # a whole library, in place of the old file
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.so", "seed.so"]
 
 
 def test_relay_backend_is_a_one_line_error_here(tmp_path, capsys):

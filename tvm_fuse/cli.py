@@ -24,6 +24,7 @@ answers at once.
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -91,23 +92,33 @@ def _demo(args, _extra) -> int:
 
 
 def _compile_relax(args) -> int:
+    from . import output_files  # pylint: disable=import-outside-toplevel
     from .relax import commands  # pylint: disable=import-outside-toplevel
 
     output = commands.DEFAULT_LIBRARY if args.output == DEFAULT_PACKAGE else args.output
-    if Path(output).resolve() == Path(args.model).resolve():
-        raise UserError(f"-o {output} would overwrite the model")
-    commands.compile_onnx(
-        args.model,
+    output = output_files.check_output(
         output,
-        args.target,
-        args.input_shapes,
-        args.tuning_records,
-        algorithm=args.algorithm,
-        precision=args.precision,
+        args.model,
+        kind="a shared library",
+        example="model.so",
+        is_kind=commands.is_shared_library,
+        force=args.force,
     )
+    with output_files.scratch_dir(output) as scratch:
+        built = Path(scratch) / output.name
+        commands.compile_onnx(
+            args.model,
+            built,
+            args.target,
+            args.input_shapes,
+            args.tuning_records,
+            algorithm=args.algorithm,
+            precision=args.precision,
+        )
+        os.replace(built, output)
     print(
         f"wrote {output}: a Relax VM library; run it with relax.VirtualMachine("
-        f"tvm.runtime.load_module({output!r}), tvm.cpu())"
+        f"tvm.runtime.load_module({str(output)!r}), tvm.cpu())"
     )
     return 0
 

@@ -21,7 +21,7 @@ import tvm
 from tvm.driver.tvmc import compiler
 from tvm.driver.tvmc.model import TVMCModel
 
-from . import dispatch, user_inputs
+from . import dispatch, output_files, user_inputs
 from .errors import UserError
 from .api import describe
 from .memory.apply import apply_to_package
@@ -88,7 +88,7 @@ def compile_onnx(
     llvm = user_inputs.check_target(target)
     records = _check_records(tuning_records, llvm)
     user_inputs.check_output(output, model_path, force)
-    with user_inputs.scratch_dir(output) as scratch:
+    with output_files.scratch_dir(output) as scratch:
         model = load_checked(model_path, input_shapes, progress)
         with progress.stage("optimizing with the tvm_fuse pipeline"):
             optimized = pass_pipeline(

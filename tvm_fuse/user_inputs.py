@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import tarfile
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +28,7 @@ from tvm import relay
 from tvm.driver.tvmc import frontends
 from tvm.driver.tvmc.model import TVMCModel
 
-from . import interrupts, onnx_compat
+from . import onnx_compat, output_files
 from .errors import UserError
 from .sizes import check_shape, check_tensor_sizes
 from .target import as_target
@@ -183,23 +182,17 @@ PACKAGE_MEMBERS = {"mod.so", "mod.json", "mod.params"}
 
 
 def check_output(output, model, force: bool | None = False) -> Path:
-    """``output`` if writing the package there destroys nothing: it is not the model itself
-    (also through a symlink or hard link), and an existing file there is a tvmc package (or
+    """``output`` if writing the package there destroys nothing
+    (``output_files.check_output``: an existing file there must be a tvmc package, or
     ``force``; None: the command has no --force); else a UserError."""
-    output, model = Path(output), Path(model)
-    if output.is_dir():
-        raise UserError(f"{output}: is a directory; give -o a file name such as model.tar")
-    if output.exists() and model.exists() and os.path.samefile(output, model):
-        raise UserError(
-            f"{output}: is the model {model} itself; give -o another path, such as "
-            f"{model.stem}-tvm_fuse.tar"
-        )
-    if output.exists() and not force and not is_tvmc_package(output):
-        fix = "remove it first" if force is None else "add --force to replace it"
-        raise UserError(
-            f"{output}: exists and is not a tvmc package; give -o another path, or {fix}"
-        )
-    return output
+    return output_files.check_output(
+        output,
+        model,
+        kind="a tvmc package",
+        example="model.tar",
+        is_kind=is_tvmc_package,
+        force=force,
+    )
 
 
 def check_log(log, model) -> Path:
@@ -220,24 +213,6 @@ def is_tvmc_package(path) -> bool:
     except (tarfile.TarError, OSError):
         return False
     return PACKAGE_MEMBERS <= names
-
-
-def scratch_dir(output) -> tempfile.TemporaryDirectory:
-    """A temporary directory beside ``output``, where the package is built before it is moved
-    into place (a rename on the same file system); a UserError if nothing can be written there.
-    Removed on an interruption too (``interrupts.remove_on_exit``).
-    """
-    output = Path(output)
-    parent = output.parent
-    try:
-        scratch = tempfile.TemporaryDirectory(prefix=".tvm_fuse-", dir=parent)
-    except OSError as err:
-        reason = err.strerror or str(err)
-        raise UserError(
-            f"{output}: cannot write there ({parent}: {reason}); choose a writable -o path"
-        ) from None
-    interrupts.remove_on_exit(scratch.name)
-    return scratch
 
 
 def _first_line(err) -> str:

@@ -63,7 +63,8 @@ def compile_onnx(
     precision="default",
 ) -> str:
     """Compile ``model`` with the Relax backend (the kernels of ``tuning_records`` tuned;
-    ``algorithm``/``precision`` as for ``api.build``) and write the library to ``output``."""
+    ``algorithm``/``precision`` as for ``api.build``) and write the library to ``output`` (the
+    command line checks the path first and writes it whole: ``tvm_fuse.output_files``)."""
     target = target_of(target)
     exe = api.build(
         load(model, input_shapes),
@@ -74,6 +75,15 @@ def compile_onnx(
     )
     exe.export_library(str(output))
     return str(output)
+
+
+def is_shared_library(path) -> bool:
+    """True for an ELF file (what ``compile`` writes on Linux)."""
+    try:
+        with open(path, "rb") as file:
+            return file.read(4) == b"\x7fELF"
+    except OSError:
+        return False
 
 
 def tune_onnx(args) -> int:
