@@ -165,6 +165,8 @@ def test_bad_records_are_one_line_errors(conv_model, tmp_path, target, monkeypat
     path = tmp_path / "records.json"
     build = lambda: tfr.build(mod, target=target, tuning_records=path)  # noqa: E731
     _one_line_error(build, str(path), "does not exist")
+    build_from_folder = lambda: tfr.build(mod, target=target, tuning_records=tmp_path)  # noqa: E731
+    _one_line_error(build_from_folder, str(tmp_path), "is a directory")
     path.write_text('{"input": ["llvm", "conv2d_nhwc_fused.x86"], "result": [[0.1]]}\n')
     _one_line_error(build, str(path), "not tvm_fuse Relax tuning records")
     path.write_bytes(b"\xf5\x00garbage")

@@ -112,6 +112,8 @@ def _file_mode(path: Path) -> int:
 def read(path) -> dict:
     """The records at ``path`` as written by :func:`write`, or a UserError naming the file."""
     path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path}: is a directory; name a tuning records file such as model.json")
     if not path.is_file():
         raise UserError(f"{path}: tuning records file does not exist")
     try:
