@@ -93,7 +93,7 @@ def build(
 def _warn_without_noalias(mod: tvm.IRModule) -> None:
     """Name the PrimFuncs of ``mod`` that do not say their buffers never alias
     (``compat.NOALIAS``): with one of them in the module, apache-tvm compiles every PrimFunc
-    without noalias parameters, tvm_fuse's fused convs included (the stem's measured 2.7x
+    without noalias parameters, tvm_fuse's fused convs included (the stem's conv measured 2.7x
     slower). TVMScript functions lack the attribute unless they set it; legalized ops have it."""
     lacking = sorted(
         gv.name_hint

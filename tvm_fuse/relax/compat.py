@@ -32,8 +32,9 @@ IRBuilder = _ir_builder.IRBuilder
 ScriptTIR = _script_tir
 #: The attribute that lets codegen assume a PrimFunc's buffers do not alias, as
 #: ``te.create_prim_func`` spells it. A function written by hand must set it too, under this
-#: name: one carrying TVM 0.19's ``tir.noalias`` instead left every function of its module
-#: compiled without noalias (the fused conv's inner loop with a third of its FMAs).
+#: name: while one PrimFunc of a module lacks it (e.g. carries TVM 0.19's ``tir.noalias``
+#: instead), no function of the module is compiled with noalias (the fused conv's inner loop
+#: then held a third of its FMAs).
 NOALIAS = "tirx.noalias"
 #: The attribute by which TVM's own schedulers (dlight's ``ApplyDefaultSchedule``, meta_schedule's
 #: task extraction) and ``fallback.ScheduleFallback`` leave a PrimFunc's schedule alone
