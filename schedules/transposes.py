@@ -101,21 +101,28 @@ TRANSPOSES = {
 }
 
 
+def register_plan(name: str, shape, dtype: str, lanes: int) -> tuple[Plane, int] | None:
+    """``(plane, block)`` of the in-register kernel for the transpose ``name`` of a ``shape``
+    tensor, or None where the tiled schedule runs: not float32, a symbolic dimension, or no
+    block (:func:`block_size`). Both backends choose their kernel by it."""
+    if dtype != "float32":
+        return None
+    try:
+        plane = TRANSPOSES[name].plane([int(d) for d in shape])
+    except TypeError:  # a symbolic dimension
+        return None
+    block = block_size(plane, lanes)
+    return (plane, block) if block else None
+
+
 def cpu_compute(name: str, data, lanes: int):
     """The transpose ``name`` of ``data`` as the CPU kernel computes it: in-register blocks
-    where they apply (float32, static shape, :func:`block_size`), else the TE stage that
-    :func:`schedule` tiles."""
-    transpose = TRANSPOSES[name]
-    out = transpose.compute(data)
-    if data.dtype != "float32":
+    where they apply (:func:`register_plan`), else the TE stage that :func:`schedule` tiles."""
+    out = TRANSPOSES[name].compute(data)
+    plan = register_plan(name, data.shape, data.dtype, lanes)
+    if plan is None:
         return out
-    try:
-        plane = transpose.plane([int(d) for d in data.shape])
-    except TypeError:  # a symbolic dimension
-        return out
-    block = block_size(plane, lanes)
-    if not block:
-        return out
+    plane, block = plan
     return register_transpose.compute(data, plane, out.shape, block, name)
 
 

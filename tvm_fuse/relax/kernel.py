@@ -89,17 +89,15 @@ def kernel_name(spec: KernelSpec) -> str:
 def boundary_transpose(name: str, shape, dtype: str, lanes: int):
     """The graph's entry or exit transpose ``name`` (of ``schedules.transposes.TRANSPOSES``) of a
     ``shape`` tensor as the Relay backend's kernel: parallel over (N, H); blocks transposed in
-    registers where ``transposes.block_size`` finds one (``schedules.register_transpose``),
+    registers where ``transposes.register_plan`` finds one (``schedules.register_transpose``),
     else tiles of up to ``lanes`` x ``lanes`` values, the input's contiguous axis unrolled, the
     output's vectorized."""
-    transpose = transposes.TRANSPOSES[name]
-    plane = transpose.plane([int(d) for d in shape])
-    block = transposes.block_size(plane, lanes) if dtype == "float32" else 0
+    plan = transposes.register_plan(name, shape, dtype, lanes)
     attrs = {"tvm_fuse.kernel": transposes.implementation(name), compat.IS_SCHEDULED: True}
-    if not block:
+    if plan is None:
         return _tiled_transpose(name, shape, dtype, lanes).with_attrs(attrs)
     # opaque: its loops are not TensorIR blocks that Relax's pattern analysis could read
-    return _register_transpose(name, shape, dtype, plane, block).with_attrs(
+    return _register_transpose(name, shape, dtype, *plan).with_attrs(
         {**attrs, "op_pattern": OPAQUE}
     )
 
