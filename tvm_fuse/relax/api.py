@@ -98,8 +98,7 @@ def _warn_without_noalias(mod: tvm.IRModule) -> None:
     lacking = sorted(
         gv.name_hint
         for gv, func in mod.functions_items()
-        if isinstance(func, compat.PrimFunc)
-        and not (func.attrs is not None and bool(func.attrs.get(compat.NOALIAS, False)))
+        if isinstance(func, compat.PrimFunc) and not compat.has_flag(func, compat.NOALIAS)
     )
     if lacking:
         warnings.warn(

@@ -53,6 +53,12 @@ IntImm = tirx.IntImm
 _LANES = (("avx512f", 16), ("avx2", 8), ("sse2", 4))
 
 
+def has_flag(func, key: str) -> bool:
+    """Whether the PrimFunc ``func`` carries the attribute ``key`` (``NOALIAS``,
+    ``IS_SCHEDULED``) set true."""
+    return func.attrs is not None and bool(func.attrs.get(key, False))
+
+
 def host_target() -> tvm.target.Target:
     """LLVM for this CPU (``Target.from_device``: this CPU's name and triple) and its cores."""
     config = dict(tvm.target.Target.from_device(tvm.cpu()).export())

@@ -26,16 +26,11 @@ def ScheduleFallback() -> tvm.transform.Pass:  # pylint: disable=invalid-name  (
     def schedule(mod, _ctx):
         mod = mod.clone()  # item assignment would change the caller's module in place
         for gv, func in list(mod.functions_items()):
-            if isinstance(func, compat.PrimFunc) and not _scheduled(func):
+            if isinstance(func, compat.PrimFunc) and not compat.has_flag(func, compat.IS_SCHEDULED):
                 mod[gv] = scheduled(func)
         return mod
 
     return schedule
-
-
-def _scheduled(func) -> bool:
-    attrs = func.attrs
-    return attrs is not None and bool(attrs.get(compat.IS_SCHEDULED, False))
 
 
 def scheduled(func):
