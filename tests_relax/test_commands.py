@@ -86,18 +86,18 @@ def test_demo_checks_itself(capsys):
     assert "after LowerFusedConv" in out and "call_tir(tvm_fuse_conv2d_nhwc_fused_0)" in out
 
 
-@pytest.mark.parametrize("target", ["bogus", "llvm -foo=1", "llvm mcpu"])
-def test_a_bad_target_is_a_one_line_error(tmp_path, capsys, target):
-    seed = onnx_example.conv_bn_act(tmp_path / "seed.onnx")
-    assert cli.main(["compile", seed, "-o", str(tmp_path / "seed.so"), "--target", target]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"invalid target {target!r}" in err
-    assert not (tmp_path / "seed.so").exists()
-
-
 @pytest.fixture(scope="module")
 def seed_model(tmp_path_factory):
     return onnx_example.conv_bn_act(tmp_path_factory.mktemp("onnx") / "seed.onnx")
+
+
+@pytest.mark.parametrize("target", ["bogus", "llvm -foo=1", "llvm mcpu"])
+def test_a_bad_target_is_a_one_line_error(seed_model, tmp_path, capsys, target):
+    out = tmp_path / "seed.so"
+    assert cli.main(["compile", str(seed_model), "-o", str(out), "--target", target]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"invalid target {target!r}" in err
+    assert not out.exists()
 
 
 @pytest.mark.parametrize(
