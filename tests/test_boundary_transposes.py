@@ -115,7 +115,8 @@ def test_register_kernel_stages_transpose_a_block(block):
 
 
 def test_register_kernel_shuffles_whole_vectors():
-    """Vector loads, Shuffles and vector stores of 16 lanes; the other shapes stay tiled."""
+    """Vector loads, Shuffles and vector stores of 16 lanes; ragged, int32 and symbolic shapes
+    stay tiled."""
     data = te.placeholder((1, 4, 32, 64), name="data")
     out = transposes.cpu_compute("nhwc_to_nchw", data, 16)
     text = str(tvm.lower(transposes.schedule([out], 16), [data, out]))
@@ -125,6 +126,8 @@ def test_register_kernel_shuffles_whole_vectors():
     assert not isinstance(transposes.cpu_compute("nhwc_to_nchw", ragged, 16).op, te.ExternOp)
     as_int = te.placeholder((1, 4, 32, 64), "int32", name="data")
     assert not isinstance(transposes.cpu_compute("nhwc_to_nchw", as_int, 16).op, te.ExternOp)
+    symbolic = te.placeholder((te.var("n"), 4, 32, 64), name="data")
+    assert not isinstance(transposes.cpu_compute("nhwc_to_nchw", symbolic, 16).op, te.ExternOp)
 
 
 @pytest.mark.parametrize("direction", DIRECTIONS)
