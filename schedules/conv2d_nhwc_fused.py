@@ -45,6 +45,7 @@ from tvm.autotvm.task.space import OtherOptionEntity, SplitEntity
 from ..spec import KernelSpec
 from . import fused_te, packing, tiling
 from .fused_te import CONV_TAG
+from .te_utils import find_tagged, inline_all_but
 
 NAME = "conv2d_nhwc_fused.x86"
 #: Tag of the HWIO view of a packed weight that the template receives at build time.
@@ -166,24 +167,10 @@ def schedule(cfg, outs):
     outs = [outs] if isinstance(outs, te.Tensor) else outs
     s = te.create_schedule([x.op for x in outs])
     out = outs[0]
-    conv = _find_conv(out)
-    for stage in s.stages:
-        keep = stage.op in (out.op, conv.op) or stage.op.name == "data_pad"
-        if isinstance(stage.op, te.ComputeOp) and not keep:
-            stage.compute_inline()
+    conv = find_tagged(out, CONV_TAG, NAME)
+    inline_all_but(s, out, conv)
     _schedule_tile(cfg, s, out, conv)
     return s
-
-
-def _find_conv(out):
-    stack, seen = [out.op], set()
-    while stack:
-        op = stack.pop()
-        if op.tag == CONV_TAG:
-            return op.output(0)
-        seen.add(op)
-        stack += [t.op for t in op.input_tensors if t.op not in seen]
-    raise ValueError(f"{NAME}: no conv stage under {out.op.name}")
 
 
 def _split_out(s, out, lanes, ocb):

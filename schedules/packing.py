@@ -1,4 +1,5 @@
-"""The packed weight layout the fast kernel asks for: ``[Co/VL, Kh, Kw, Ci, VL]`` (``OHWI{VL}o``).
+"""The packed weight layouts the fast kernels ask for: ``[Co/VL, Kh, Kw, Ci, VL]`` (``OHWI{VL}o``),
+and the depthwise kernel's ``[C/VL, Kh, Kw, VL]`` (``OHW{VL}o``).
 
 VL is the target's SIMD width in fp32 lanes, so one VL-slice of the last axis is one vector
 register of output-channel weights. ``tvm_fuse.strategy.preferred_spec`` names this layout in the
@@ -39,3 +40,35 @@ def pack_hwio(weight: np.ndarray, lanes: int) -> np.ndarray:
     weight = np.pad(weight, ((0, 0), (0, 0), (0, 0), (0, co_pad - co)))
     blocked = weight.reshape(kh, kw, ci, co_pad // lanes, lanes)
     return np.ascontiguousarray(blocked.transpose(3, 0, 1, 2, 4))
+
+
+# -- the depthwise kernel's weight: [C/VL, Kh, Kw, VL] (``OHW{VL}o``) ---------------------------
+#: The narrowest vector the depthwise kernel uses: a C that 4 does not divide takes the generic
+#: kernel (the data has exactly C channels, so C cannot be padded as Co is above).
+MIN_DEPTHWISE_LANES = 4
+
+
+def depthwise_lanes(channels: int, lanes: int) -> int | None:
+    """VL of the depthwise kernel for ``channels``: the widest of ``lanes``, ``lanes / 2``, ...
+    down to ``MIN_DEPTHWISE_LANES`` that divides ``channels``, or None."""
+    while lanes >= MIN_DEPTHWISE_LANES:
+        if channels % lanes == 0:
+            return lanes
+        lanes //= 2
+    return None
+
+
+def packed_depthwise_weight(spec, lanes: int) -> TensorSpec:
+    """The packed weight of a depthwise ``spec`` (HWIO weight ``[Kh, Kw, 1, C]``) for ``lanes``
+    lanes (a divisor of C: :func:`depthwise_lanes`)."""
+    kh, kw = spec.kernel_size
+    shape = (spec.out_channels // lanes, kh, kw, lanes)
+    return TensorSpec(shape, f"OHW{int(lanes)}o", spec.weight.dtype)
+
+
+def pack_depthwise_hwio(weight: np.ndarray, lanes: int) -> np.ndarray:
+    """NumPy reference of packing a depthwise ``[Kh, Kw, 1, C]`` weight to ``[C/VL, Kh, Kw,
+    VL]``."""
+    kh, kw, _, channels = weight.shape
+    blocked = weight.reshape(kh, kw, channels // lanes, lanes)
+    return np.ascontiguousarray(blocked.transpose(2, 0, 1, 3))

@@ -47,6 +47,8 @@ import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import packing
+
 #: Widest register tile along Wo the model considers.
 MAX_OWB = 16
 #: Most channel vectors in one register tile (oneDNN uses up to 4).
@@ -117,13 +119,19 @@ def fast_path_refusal(spec, target_name: str, is_x86_llvm: bool, cores: int) -> 
     """Why the fast kernel does not apply to ``spec`` (a ``KernelSpec``) on the target named
     ``target_name``, or None when it does. Both backends' strategies ask this with their own
     reading of the target. The fallback cases: a non-x86 or non-llvm target; a dtype other than
-    float32; a tiny output (fewer than MIN_OUTPUTS_PER_CORE values per core). Any Co and Ci are
-    covered: a Co that is not a multiple of VL is padded in the packed weight."""
+    float32; a tiny output (fewer than MIN_OUTPUTS_PER_CORE values per core); a depthwise conv
+    whose C is not a multiple of ``packing.MIN_DEPTHWISE_LANES``. Any Co and Ci of a plain conv
+    are covered: a Co that is not a multiple of VL is padded in the packed weight."""
     if not is_x86_llvm:
         return f"target {target_name} is not x86 llvm"
     dtypes = {spec.data.dtype, spec.weight.dtype, spec.out.dtype}
     if dtypes != {"float32"}:
         return f"dtypes {sorted(dtypes)} are not float32"
+    if spec.depthwise and spec.out_channels % packing.MIN_DEPTHWISE_LANES:
+        return (
+            f"depthwise conv of {spec.out_channels} channels: the depthwise kernel needs a "
+            f"multiple of {packing.MIN_DEPTHWISE_LANES}"
+        )
     outputs = 1
     for dim in spec.out.shape:
         outputs *= dim

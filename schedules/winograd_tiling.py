@@ -136,10 +136,11 @@ def choose_winograd_tile(
 def tile_for_spec(spec, lanes: int, cores: int = 0, tiles=TILES) -> int:
     """m of the Winograd tile (one of ``tiles``) the model picks for the conv of ``spec`` (a
     ``KernelSpec`` whose weight is HWIO) with ``lanes`` fp32 lanes on ``cores`` cores (0:
-    ``DEFAULT_CORES``), or 0: direct. Winograd applies to 3x3 stride-1 dilation-1 convs only;
-    whether the fast path applies at all is the caller's (each backend reads its target)."""
-    conv = (spec.kernel_size, spec.strides, spec.dilation, spec.weight.layout)
-    if conv != ((3, 3), (1, 1), (1, 1), "HWIO"):
+    ``DEFAULT_CORES``), or 0: direct. Winograd applies to 3x3 stride-1 dilation-1 convs with
+    groups=1 only; whether the fast path applies at all is the caller's (each backend reads its
+    target)."""
+    conv = (spec.kernel_size, spec.strides, spec.dilation, spec.weight.layout, spec.groups)
+    if conv != ((3, 3), (1, 1), (1, 1), "HWIO", 1):
         return 0
     n, (ho, wo) = spec.data.shape[0], spec.out_hw
     args = (n, ho, wo, spec.in_channels, spec.out_channels, lanes, cores or DEFAULT_CORES)

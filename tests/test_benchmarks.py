@@ -76,16 +76,17 @@ def test_layer_errors_are_measured_against_float64(tiny_run):
 
 
 def test_float64_reference_of_a_depthwise_layer_matches_stock_tvm():
-    """``reference_f64`` (NumPy) against stock TVM's float32 build, on a grouped conv, which
-    tvm_fuse leaves unfused (the layer table's MobileNet-v2 ``mb_dw`` is one)."""
+    """``reference_f64`` (NumPy) of a depthwise layer (the layer table's MobileNet-v2 ``mb_dw``
+    is one) against stock TVM's float32 build and tvm_fuse's, which runs its depthwise kernel."""
     layer = bench_layers.Layer("tiny_dw", 8, 8, 6, 3, 1, 1, groups=8)
     arrays = bench_layers.layer_arrays(layer)
     mod, params = bench_layers.relay_layer(layer, arrays)
     target = tvm_fuse.host_target()
-    lib = common.build_stock(mod, params, target)
-    out = common.TvmRunner(lib, {"data": arrays["data"]}).output()
-    assert common.relative_error(out, bench_layers.reference_f64(layer, arrays)) < 1e-6
-    assert common.algorithms_chosen(mod, params, target) == "none fused"
+    exact = bench_layers.reference_f64(layer, arrays)
+    for build in (common.build_stock, common.build_fuse):
+        out = common.TvmRunner(build(mod, params, target), {"data": arrays["data"]}).output()
+        assert common.relative_error(out, exact) < 1e-6, build.__name__
+    assert common.algorithms_chosen(mod, params, target) == "depthwise"
     assert layer.gflop == pytest.approx(2 * 8 * 6 * 6 * 9 / 1e9)
 
 

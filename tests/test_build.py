@@ -51,8 +51,16 @@ def test_conv_bn_variants(case):
     _check(mod, params, fused_kernels=1)
 
 
-def test_depthwise_stays_stock_and_correct():
+def test_depthwise_is_fused_and_correct():
     mod, params = examples.conv_bn_act(**{**SMALL, "groups": 16, "channels": 16})
+    _check(mod, params, fused_kernels=1)
+    (spec,) = tvm_fuse.describe(tvm_fuse.optimize(mod, params))
+    assert spec.ops == ("depthwise_conv2d", "bias", "relu")
+    assert spec.weight.layout.startswith("OHW") and spec.groups == 16
+
+
+def test_grouped_conv_stays_stock_and_correct():
+    mod, params = examples.conv_bn_act(**{**SMALL, "groups": 4, "channels": 16})
     _check(mod, params, fused_kernels=0)
 
 

@@ -60,12 +60,35 @@ def test_constant_zero_variance_keeps_its_batch_norm():
     assert (op, reason.split(":")[0]) == ("nn.batch_norm", "var + epsilon <= 0 in some channel")
 
 
-@pytest.mark.parametrize("groups, kind", [(16, "depthwise"), (4, "grouped")])
-def test_grouped_convs_are_left_with_their_groups(groups, kind):
-    mod, params = examples.conv_bn_act(data_shape=(1, 16, 8, 8), channels=16, groups=groups)
+@pytest.mark.parametrize("groups, channels", [(4, 16), (16, 32)])
+def test_grouped_convs_are_left_with_their_groups(groups, channels):
+    """Grouped convs, and a depthwise one with two filters per channel, stay stock ops."""
+    mod, params = examples.conv_bn_act(data_shape=(1, 16, 8, 8), channels=channels, groups=groups)
     assert _leftovers(mod, params) == [
-        ("nn.conv2d", f"groups={groups} ({kind} conv): the fused kernel needs groups=1")
+        (
+            "nn.conv2d",
+            f"groups={groups} with 16 input and {channels} output channels: the fused kernels "
+            "take groups=1 or a depthwise conv (groups == input channels == output channels)",
+        )
     ]
+
+
+@pytest.mark.parametrize(
+    "channels, path",
+    [
+        (16, "fast x86 kernel (depthwise_conv2d_nhwc_fused.x86)"),
+        (6, "generic NHWC fallback (depthwise conv of 6 channels: the depthwise kernel needs a "
+            "multiple of 4)"),
+    ],
+)
+def test_a_depthwise_conv_is_fused_and_names_its_kernel(channels, path):
+    mod, params = examples.conv_bn_act(
+        data_shape=(1, channels, 8, 8), channels=channels, groups=channels
+    )
+    report = explain.explain(mod, params, memory=False)
+    assert [spec.ops for spec in report.kernels] == [("depthwise_conv2d", "bias", "relu")]
+    assert report.paths == [path]
+    assert "groups " + str(channels) in str(report.kernels[0])
 
 
 def test_a_conv_output_with_a_second_consumer_keeps_its_batch_norm(rng):
@@ -109,5 +132,6 @@ def test_a_layout_the_kernel_does_not_take_is_named():
     call = relay.nn.conv2d(conv, weight, padding=1, data_layout="NHWC", kernel_layout="OIHW")
     typed = relay.transform.InferType()(_module(call, conv, weight))["main"].body
     assert explain.conv2d_reason(typed) == (
-        "layout NHWC/OIHW: the fused kernel takes NHWC data and HWIO weights"
+        "layout NHWC/OIHW: the fused kernel takes NHWC data and HWIO weights (HWOI for a "
+        "depthwise conv)"
     )

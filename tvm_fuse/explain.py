@@ -29,7 +29,7 @@ from .api import bind_params, describe, optimize
 from .passes.fold_bn import conv_chain, fold_refusal
 from .passes.fuse import conv_refusal
 from .spec import KernelSpec
-from .strategy import fast_path_refusal
+from .strategy import fast_kernel, fast_path_refusal
 from .target import as_target
 
 _EXPLAINED = ("nn.conv2d", "nn.batch_norm", *boundary_ops.LAYOUT_TRANSFORM_OPS, fused_op.OP_NAME)
@@ -146,7 +146,7 @@ def kernel_path(spec: KernelSpec, target) -> str:
     """Which implementation the strategy picks for ``spec`` on ``target``, in words."""
     refusal = fast_path_refusal(spec, target)
     if refusal is None:
-        return "fast x86 kernel (conv2d_nhwc_fused.x86)"
+        return f"fast x86 kernel ({fast_kernel(spec).NAME})"
     return f"generic NHWC fallback ({refusal})"
 
 

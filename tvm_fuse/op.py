@@ -72,9 +72,13 @@ def spec_attrs(spec: KernelSpec):
 
 
 def spec_of_attrs(attrs) -> KernelSpec:
-    """The spec that the fused op's attributes encode (the inverse of :func:`spec_attrs`)."""
+    """The spec that the fused op's attributes encode (the inverse of :func:`spec_attrs`). A
+    field the attributes lack (a call saved before the field existed) takes its default."""
     names = [f.name for f in dataclasses.fields(KernelSpec)]
-    return KernelSpec.from_dict({name: _from_attr(attrs[name]) for name in names})
+    present = set(attrs.keys())
+    return KernelSpec.from_dict(
+        {name: _from_attr(attrs[name]) for name in names if name in present}
+    )
 
 
 # -- calls --------------------------------------------------------------------------------------

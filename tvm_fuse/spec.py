@@ -102,7 +102,9 @@ class KernelSpec:
     ``padding`` is four-sided: (top, left, bottom, right), as Relay's conv2d stores it.
     ``bias`` is None for a conv whose chain carries no bias; ``residual`` is the tensor added
     after the bias (a ResNet shortcut), or None. ``algorithm`` is "direct" or "winograd";
-    ``winograd_tile`` is m of F(m x m, 3 x 3) for "winograd", else 0. Grow or change a spec with
+    ``winograd_tile`` is m of F(m x m, 3 x 3) for "winograd", else 0. ``groups`` is 1, or C for a
+    depthwise conv (groups == Ci == Co: one filter per channel; its HWIO weight is ``[Kh, Kw,
+    1, C]``); other grouped convs are not fused. Grow or change a spec with
     ``dataclasses.replace``.
     """
 
@@ -118,6 +120,7 @@ class KernelSpec:
     alpha: float = 0.0
     algorithm: str = "direct"
     winograd_tile: int = 0
+    groups: int = 1
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:
@@ -134,6 +137,13 @@ class KernelSpec:
             object.__setattr__(self, name, tuple(int(v) for v in getattr(self, name)))
         object.__setattr__(self, "alpha", float(self.alpha))
         object.__setattr__(self, "winograd_tile", int(self.winograd_tile))
+        object.__setattr__(self, "groups", int(self.groups))
+        if self.groups != 1 and not self.depthwise:
+            raise ValueError(
+                f"KernelSpec: groups={self.groups} with {self.in_channels} input and "
+                f"{self.out_channels} output channels; a fused kernel is a plain conv (groups=1) "
+                "or a depthwise one (groups == input channels == output channels)"
+            )
         if (self.algorithm == "winograd") != (self.winograd_tile > 0):
             raise ValueError(
                 f"KernelSpec: winograd_tile {self.winograd_tile} does not fit algorithm "
@@ -149,8 +159,10 @@ class KernelSpec:
         padding=(0, 0, 0, 0),
         dilation=(1, 1),
         dtype: str = "float32",
+        groups: int = 1,
     ) -> KernelSpec:
-        """The spec of a bare conv of NHWC data and an HWIO weight (no epilogue)."""
+        """The spec of a bare conv of NHWC data and an HWIO weight (no epilogue): ``[Kh, Kw,
+        Ci/groups, Co]``, so ``[Kh, Kw, 1, C]`` for a depthwise conv (``groups`` = C)."""
         data_shape, weight_shape = (tuple(int(d) for d in s) for s in (data_shape, weight_shape))
         kh, kw, _, co = weight_shape
         ho, wo = conv_output_hw(data_shape[1:3], (kh, kw), strides, tuple(padding), dilation)
@@ -161,6 +173,7 @@ class KernelSpec:
             strides=strides,
             padding=padding,
             dilation=dilation,
+            groups=groups,
         )
 
     def with_epilogue(self, bias: bool = False, residual: bool = False, **fields) -> KernelSpec:
@@ -176,7 +189,7 @@ class KernelSpec:
     @property
     def ops(self) -> tuple[str, ...]:
         """The chain of ops fused into this kernel, in order."""
-        chain = ["conv2d"]
+        chain = ["depthwise_conv2d" if self.depthwise else "conv2d"]
         if self.bias is not None:
             chain.append("bias")
         if self.residual is not None:
@@ -217,6 +230,11 @@ class KernelSpec:
         return layout_lanes(self.weight.layout)
 
     @property
+    def depthwise(self) -> bool:
+        """One filter per channel: groups == Ci == Co (> 1)."""
+        return 1 < self.groups == self.in_channels == self.out_channels
+
+    @property
     def out_hw(self) -> tuple[int, int]:
         return self.out.shape[1], self.out.shape[2]
 
@@ -235,12 +253,15 @@ class KernelSpec:
         out_elems = 1
         for d in self.out.shape:
             out_elems *= d
-        return 2 * out_elems * kh * kw * self.in_channels
+        return 2 * out_elems * kh * kw * self.in_channels // self.groups
 
     # -- printing and serialisation ---------------------------------------------------------
     @property
     def algorithm_name(self) -> str:
-        """"direct", or "winograd F(m x m)" with its tile (as tables and reports print it)."""
+        """"direct", "depthwise" (direct, one filter per channel), or "winograd F(m x m)" with
+        its tile (as tables and reports print it)."""
+        if self.depthwise:
+            return "depthwise"
         m = self.winograd_tile
         return f"{self.algorithm} F({m}x{m})" if self.algorithm == "winograd" else self.algorithm
 
@@ -262,7 +283,8 @@ class KernelSpec:
             (
                 "conv",
                 f"stride {same(self.strides)}, padding {same(self.padding)}, "
-                f"dilation {same(self.dilation)}",
+                f"dilation {same(self.dilation)}"
+                + (f", groups {self.groups}" if self.groups != 1 else ""),
             ),
             ("epilogue", self.epilogue),
         ]

@@ -8,7 +8,9 @@ of the kernel that implements it.
   a target, and packs the weight itself (``passes.pack.PackWeights``, at any opt_level).
 - On x86 ``llvm`` targets, when :func:`fast_path_refusal` finds nothing against it, that is
   ``OHWI{VL}o``, and the ``"cpu"`` strategy picks the fast kernel ``conv2d_nhwc_fused.x86``
-  (``schedules.conv2d_nhwc_fused``) for a call whose weight arrives packed.
+  (``schedules.conv2d_nhwc_fused``) for a call whose weight arrives packed; the Winograd
+  kernel (``schedules.winograd``) for a Winograd call, the depthwise kernel
+  (``schedules.depthwise``, weight ``OHW{VL}o``) for a depthwise one.
 - Everything else keeps HWIO weights and the generic implementation (``schedules.generic``),
   which is always correct.
 
@@ -27,13 +29,17 @@ from tvm.target import override_native_generic_func
 from . import boundary_ops
 from .op import OP_NAME, spec_of_attrs
 from .schedules import conv2d_nhwc_fused as fast
-from .schedules import generic, packing, tiling, transposes, winograd, winograd_tiling
+from .schedules import depthwise, generic, packing, tiling, transposes, winograd
+from .schedules import winograd_tiling
 from .schedules import winograd_weights
 from .spec import KernelSpec
 
 #: The AutoTVM templates of the fused op's fast kernels: the ones with knobs, which
 #: ``tvm_fuse.tune`` tunes and a tuning log applies to (the generic kernel has none).
 TUNABLE_KERNELS = (fast.NAME, winograd.NAME)
+#: The x86 kernel of a call whose weight arrives packed: by algorithm, and the depthwise one
+#: (no knobs: ``schedules.depthwise``).
+_FAST_KERNELS = {"direct": fast, "winograd": winograd, "depthwise": depthwise}
 
 
 def wrap_compute(topi_compute):
@@ -95,12 +101,16 @@ def preferred_spec(spec: KernelSpec, target) -> KernelSpec:
     ``spec`` unchanged, HWIO weight: the generic kernel. The graph half's ``PackWeights`` asks
     this for every fused call and computes the packed weight with Relay ops. The Winograd
     algorithm (chosen by the graph half): the weight transformed to ``WINO{m}_{VL}o``
-    (``schedules.winograd_weights``)."""
+    (``schedules.winograd_weights``). A depthwise conv: ``OHW{VL}o``, VL a divisor of C
+    (``packing.depthwise_lanes``), for ``schedules.depthwise``."""
     if spec.weight.layout != "HWIO":
         return spec
     if fast_path_refusal(spec, target):
         return dataclasses.replace(spec, algorithm="direct", winograd_tile=0)
     lanes = simd_lanes(target)
+    if spec.depthwise:
+        lanes = packing.depthwise_lanes(spec.out_channels, lanes)
+        return dataclasses.replace(spec, weight=packing.packed_depthwise_weight(spec, lanes))
     if spec.algorithm == "winograd":
         return winograd_weights.winograd_spec(spec, spec.winograd_tile, lanes)
     return dataclasses.replace(spec, weight=packing.packed_weight(spec, lanes))
@@ -114,6 +124,11 @@ def winograd_weight_expr(weight, spec: KernelSpec, wanted: KernelSpec):
 
 
 # -- the strategy --------------------------------------------------------------------------------
+def fast_kernel(spec: KernelSpec):
+    """The ``schedules`` module of the x86 kernel that computes ``spec`` (weight packed)."""
+    return _FAST_KERNELS["depthwise" if spec.depthwise else spec.algorithm]
+
+
 def _generic_strategy(attrs):
     layout = spec_of_attrs(attrs).weight.layout
     if layout != "HWIO":
@@ -138,7 +153,7 @@ def _fused_conv2d_strategy_cpu(attrs, inputs, out_type, target):
     spec = spec_of_attrs(attrs)
     if spec.lanes is None:
         return _generic_strategy(attrs)
-    kernel = winograd if spec.algorithm == "winograd" else fast
+    kernel = fast_kernel(spec)
     strategy = relay.op.OpStrategy()
     strategy.add_implementation(
         wrap_compute(kernel.compute), wrap_schedule(kernel.schedule), name=kernel.NAME, plevel=15

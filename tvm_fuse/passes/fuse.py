@@ -4,6 +4,7 @@ Where it sits: last pass of ``tvm_fuse.pipeline()``'s fusion, after ``FoldBatchN
 turned BN into a bias) and ``ConvertLayoutNHWC`` (which made convs NHWC/HWIO). It matches::
 
     %0 = nn.conv2d(%x, %w, data_layout="NHWC", kernel_layout="HWIO")   # groups=1, float32
+                                        # (or "HWOI", groups == Ci == Co: a depthwise conv)
     %1 = nn.bias_add(%0, %b, axis=3)   # or add(%0, <constant [C] or [1,1,1,C]>); optional
     %2 = add(%1, %r)                   # residual of the output's shape, either side; optional
     %3 = nn.relu(%2)                   # or any other activation of spec.ACTIVATIONS; optional
@@ -16,9 +17,10 @@ Walks repeat until one grows nothing. A conv the kernel cannot take stays, for t
 :func:`conv_refusal` gives (``tvm-fuse explain`` prints it); an op above a fused call is absorbed
 by the first step rule (``STEPS``) that takes it, and each rule says in words why it does not.
 An op is absorbed only when the fused call below it has no other consumer, so no value that
-something else reads is fused away. Refused: other layouts, groups != 1, non-float32 tensors,
-dynamic shapes, addends that are neither per-channel nor of the output's shape, activations not
-in the table (e.g. a clip other than (0, 6)).
+something else reads is fused away. A depthwise conv's HWOI weight enters the fused call as the
+HWIO ``[Kh, Kw, 1, C]`` its spec describes (``groups`` = C). Refused: other layouts, grouped
+convs, non-float32 tensors, dynamic shapes, addends that are neither per-channel nor of the
+output's shape, activations not in the table (e.g. a clip other than (0, 6)).
 """
 
 from __future__ import annotations
@@ -68,31 +70,66 @@ def conv_refusal(conv: relay.Call) -> str | None:
     if dtypes != ["float32"]:
         return f"dtype {'/'.join(dtypes)}: the fused kernel is float32 only"
     groups = int(attrs.groups)
-    if groups != 1:
-        channels = data.shape[attrs.data_layout.index("C")]
-        kind = "depthwise" if groups == channels else "grouped"
-        return f"groups={groups} ({kind} conv): the fused kernel needs groups=1"
-    if (attrs.data_layout, attrs.kernel_layout) != ("NHWC", "HWIO"):
+    depthwise = _is_depthwise(conv)
+    if groups != 1 and not depthwise:
+        ci, co = _channels(conv)
         return (
-            f"layout {attrs.data_layout}/{attrs.kernel_layout}: the fused kernel takes NHWC data "
-            "and HWIO weights"
+            f"groups={groups} with {ci} input and {co} output channels: the fused kernels take "
+            "groups=1 or a depthwise conv (groups == input channels == output channels)"
+        )
+    layouts = (attrs.data_layout, attrs.kernel_layout)
+    if layouts != ("NHWC", "HWOI" if depthwise else "HWIO"):
+        return (
+            f"layout {'/'.join(layouts)}: the fused kernel takes NHWC data and HWIO weights "
+            "(HWOI for a depthwise conv)"
         )
     if _static_shape(data) is None or _static_shape(weight) is None:
         return "dynamic shape: the fused kernel needs static shapes"
     return None
 
 
+def _channels(conv: relay.Call) -> tuple:
+    """(Ci, Co) of a conv, each an int, or the shape expression when it is not static."""
+    attrs = conv.attrs
+    out_layout = attrs.out_layout or attrs.data_layout
+    ci = conv.args[0].checked_type.shape[attrs.data_layout.index("C")]
+    co = conv.checked_type.shape[out_layout.index("C")]
+    return tuple(int(c) if isinstance(c, tvm.tir.IntImm) else c for c in (ci, co))
+
+
+def _is_depthwise(conv: relay.Call) -> bool:
+    """groups == Ci == Co > 1: one filter per channel (layouts aside)."""
+    groups = int(conv.attrs.groups)
+    return groups > 1 and all(c == groups for c in _channels(conv))
+
+
 def _conv_spec(conv: relay.Call) -> KernelSpec:
-    """The spec of a fusable conv, with no epilogue yet."""
+    """The spec of a fusable conv, with no epilogue yet (a depthwise conv's HWOI weight
+    ``[Kh, Kw, C, 1]`` read as the HWIO ``[Kh, Kw, 1, C]``: the same values in the same order)."""
     attrs = conv.attrs
     padding = [int(p) for p in attrs.padding]
+    kh, kw, *_ = weight_shape = _static_shape(conv.args[1].checked_type)
+    groups = int(attrs.groups)
+    if groups != 1:
+        weight_shape = (kh, kw, 1, groups)
     return KernelSpec.conv(
         _static_shape(conv.args[0].checked_type),
-        _static_shape(conv.args[1].checked_type),
+        weight_shape,
         attrs.strides,
         padding * 2 if len(padding) == 2 else padding,
         attrs.dilation,
+        groups=groups,
     )
+
+
+def _hwio_weight(weight: relay.Expr, spec: KernelSpec) -> relay.Expr:
+    """The conv's weight as ``spec`` describes it: a depthwise HWOI weight reshaped to HWIO
+    (in NumPy when it is a constant), any other weight as it is."""
+    if not spec.depthwise:
+        return weight
+    if isinstance(weight, relay.Constant):
+        return relay.const(weight.data.numpy().reshape(spec.weight.shape))
+    return relay.reshape(weight, spec.weight.shape)
 
 
 # -- the steps above it -------------------------------------------------------------------------
@@ -251,7 +288,11 @@ class _ChainFuser(DFPatternCallback):
         """The fused call that replaces ``pre``, or why there is none."""
         if pre.op.name == "nn.conv2d":
             refusal = conv_refusal(pre)
-            return refusal or fused_op.fused_call(_conv_spec(pre), *post.args)
+            if refusal:
+                return refusal
+            spec = _conv_spec(pre)
+            data, weight = post.args
+            return fused_op.fused_call(spec, data, _hwio_weight(weight, spec))
         refusal = "no argument is a fused call"
         for chain in _fused_arguments(pre):
             step = _Step(pre, post, chain, pre.args[chain])

@@ -2,12 +2,14 @@
 
 Where it sits: after ``FuseConvBiasAct`` in ``tvm_fuse.pipeline()``. For each fused call it asks
 the meeting point ``strategy.preferred_spec(spec, target)`` which weight the kernel half wants
-(``OHWI{VL}o`` for the direct fast kernel on x86; the spec unchanged for the generic fallback)
+(``OHWI{VL}o`` for the direct fast kernel on x86, ``OHW{VL}o`` for the depthwise one; the spec
+unchanged for the generic fallback)
 and replaces the HWIO weight argument by that weight. A constant weight is packed in NumPy
 (``packing.pack_hwio``, ``winograd_weights.transform_hwio``; FoldConstant would compile every
 transform with LLVM, about half a second a weight). A weight that is still a free variable
 (params given to ``relay.build`` only) becomes Relay ops computing the packed weight from it (a
-zero pad of Co up to whole vectors and a ``layout_transform``, or Winograd's ``G g G^T``), which
+zero pad of Co up to whole vectors and a ``layout_transform``, a depthwise weight's reshape and
+transpose, or Winograd's ``G g G^T``), which
 stay in the graph until ``relay.build`` binds the params and folds them (at its opt_level 2 and
 up; below that they run with the model). Either way no ``opt_level`` can skip the packing.
 
@@ -49,6 +51,10 @@ def packed_weight_expr(weight: relay.Expr, spec: KernelSpec, wanted: KernelSpec)
         return relay.const(_packed_array(weight.data.numpy(), wanted))
     if wanted.algorithm == "winograd":
         return strategy.winograd_weight_expr(weight, spec, wanted)
+    if wanted.depthwise:
+        kh, kw = spec.kernel_size
+        blocked = relay.reshape(weight, (kh, kw, wanted.weight.shape[0], wanted.lanes))
+        return relay.transpose(blocked, (2, 0, 1, 3))
     padded = wanted.lanes * wanted.weight.shape[wanted.weight.layout.index("O")]
     extra = padded - spec.out_channels
     if extra:
@@ -60,6 +66,8 @@ def _packed_array(weight: np.ndarray, wanted: KernelSpec) -> np.ndarray:
     """The NumPy forms of the same transforms (the tests check them against the Relay ops)."""
     if wanted.algorithm == "winograd":
         return winograd_weights.transform_hwio(weight, wanted.winograd_tile, wanted.lanes)
+    if wanted.depthwise:
+        return packing.pack_depthwise_hwio(weight, wanted.lanes)
     return packing.pack_hwio(weight, wanted.lanes)
 
 

@@ -24,7 +24,8 @@ def extract_tasks(mod, params=None, target=None) -> list[autotvm.task.Task]:
 
     ``mod`` and ``params`` are what ``tvm_fuse.build`` takes; one task per distinct workload,
     in the order the kernels are lowered. Fused calls that fall back to the generic kernel
-    (see ``strategy.fast_path_refusal``) have no knobs and give no task.
+    (see ``strategy.fast_path_refusal``) and depthwise ones (``schedules.depthwise``) have no
+    knobs and give no task.
     """
     target = as_target(target)
     optimized = optimize(mod, params, target)
