@@ -22,8 +22,8 @@ is here the reference, not a peer: its times are in the JSON only (``bench_model
 model).
 
 Models: ``block`` (the residual block of ``tvm_fuse.onnx_example`` at 64 channels on 56x56),
-``resnet18``, ``resnet50`` (BatchNorm kept) and ``layer:NAME``, a conv -> BatchNorm -> ReLU of
-the layer table of ``bench_layers`` (depthwise layers excepted).
+``resnet18``, ``resnet50``, ``mobilenet_v2`` (BatchNorm kept) and ``layer:NAME``, a conv ->
+BatchNorm -> ReLU of the layer table of ``bench_layers`` (depthwise layers excepted).
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ the two differ by what the neighbours took; the best run says what the code can 
 
 The table holds ResNet's layers (stem, the 3x3 stages l1-l4, the strided seed and down
 convs), ResNet-50 bottleneck 1x1 convs (``r50_*``) and MobileNet-v2-style layers (``mb_*``:
-1x1 expansion and projection, a 3x3 depthwise conv, which tvm_fuse leaves to stock TVM).
+1x1 expansion and projection, a 3x3 depthwise conv, which tvm_fuse runs with its depthwise
+kernel).
 
     tvm-fuse bench layers [--layers l1,seed] [--quick] [--results DIR] [--json PATH] [--no-peers]
     python -m tvm_fuse.bench.bench_layers ...  (the same)

@@ -81,11 +81,12 @@ def _onnx_layer(layer: Layer):
 
 
 #: Name -> writer of the ONNX model to a path: the residual block (64 channels, 56x56), ResNets
-#: at 224x224 with BatchNorm kept, and each layer that tvm_fuse fuses (not the depthwise one).
+#: and MobileNet-v2 at 224x224 with BatchNorm kept, and each layer with groups=1.
 ONNX_MODELS = {
     "block": lambda path: onnx_example.residual_block(path, cin=64, channels=64, size=56),
     "resnet18": lambda path: onnx_example.resnet(path, 18),
     "resnet50": lambda path: onnx_example.resnet(path, 50),
+    "mobilenet_v2": onnx_example.mobilenet_v2,
     **{f"layer:{n}": _onnx_layer(layer) for n, layer in LAYERS.items() if layer.groups == 1},
 }
 

@@ -47,6 +47,7 @@ PROG = "tvm-fuse"
 SUITES = {
     "layers": "bench_layers",
     "models": "bench_models",
+    "onnx": "bench_onnx",
     "tuning": "bench_tuning",
     "zoo": "zoo",
     "peak": "fma_peak",

@@ -8,6 +8,8 @@
 
 It covers what the tvmc integration must carry: a conv with and without bias, BN, a residual
 add, pooling and a dense layer. ``batch=None`` writes a dynamic batch dimension (``"N"``).
+``conv_bn_act`` writes one conv layer, ``resnet`` a ResNet-18/50 and ``mobilenet_v2`` a
+MobileNet-v2, all with random weights and BatchNorm kept (the benchmarks' models).
 """
 
 from __future__ import annotations
@@ -178,6 +180,80 @@ def resnet18(path, batch: int = 1, size: int = 224, classes: int = 1000, seed: i
 RESNET_DEPTHS = {18: ((2, 2, 2, 2), False), 50: ((3, 4, 6, 3), True)}
 
 
+class _Network:
+    """The nodes and initializers of a conv net being written: conv + BatchNormalization
+    (+ activation) layers with random weights and random BN statistics, BN kept (as an export
+    without constant folding gives them), so that an importer hands the backend real BNs."""
+
+    #: The initializers every ReLU6 (``Clip``) of a network reads its bounds from.
+    CLIP_BOUNDS = (("clip_min", 0.0), ("clip_max", 6.0))
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+        self.inits: list[onnx.TensorProto] = []
+        self.nodes: list[onnx.NodeProto] = []
+        self.clips = False  # whether CLIP_BOUNDS are read
+
+    def conv_bn(self, x, name, cin, cout, k, stride, activation="relu", groups=1) -> str:
+        """``x -> Conv k x k (same padding) -> BN -> activation`` ("relu", "relu6", "none")."""
+        per_group = cin // groups
+        w = self.rng.standard_normal((cout, per_group, k, k)) * np.sqrt(1.0 / (per_group * k * k))
+        self.inits.append(numpy_helper.from_array(w.astype("float32"), f"{name}_w"))
+        stats = {
+            "gamma": self.rng.uniform(0.5, 1.0, cout),
+            "beta": self.rng.uniform(-0.2, 0.2, cout),
+            "mean": self.rng.uniform(-0.2, 0.2, cout),
+            "var": self.rng.uniform(0.5, 2.0, cout),
+        }
+        for key, value in stats.items():
+            self.inits.append(numpy_helper.from_array(value.astype("float32"), f"{name}_{key}"))
+        conv = dict(kernel_shape=[k, k], strides=[stride] * 2, pads=[k // 2] * 4)
+        if groups != 1:
+            conv["group"] = groups
+        self.nodes.append(helper.make_node("Conv", [x, f"{name}_w"], [f"{name}_c"], **conv))
+        bn_inputs = [f"{name}_c"] + [f"{name}_{key}" for key in stats]
+        self.nodes.append(
+            helper.make_node("BatchNormalization", bn_inputs, [f"{name}_n"], epsilon=1e-5)
+        )
+        if activation == "none":
+            return f"{name}_n"
+        if activation == "relu":
+            self.nodes.append(helper.make_node("Relu", [f"{name}_n"], [f"{name}_a"]))
+        else:  # relu6
+            bounds = [bound for bound, _ in self.CLIP_BOUNDS]
+            self.nodes.append(helper.make_node("Clip", [f"{name}_n", *bounds], [f"{name}_a"]))
+            self.clips = True
+        return f"{name}_a"
+
+    def add(self, a, b, name) -> str:
+        self.nodes.append(helper.make_node("Add", [a, b], [name]))
+        return name
+
+    def save(self, path, x, cin, title, batch, size, classes) -> str:
+        """Append global average pooling and the classifier to ``x`` and write the model."""
+        fc_w = self.rng.standard_normal((classes, cin)) * np.sqrt(1.0 / cin)
+        self.inits.append(numpy_helper.from_array(fc_w.astype("float32"), "fc_w"))
+        self.inits.append(numpy_helper.from_array(np.zeros(classes, "float32"), "fc_b"))
+        if self.clips:
+            self.inits += [numpy_helper.from_array(np.float32(v), n) for n, v in self.CLIP_BOUNDS]
+        self.nodes += [
+            helper.make_node("GlobalAveragePool", [x], ["gap"]),
+            helper.make_node("Flatten", ["gap"], ["flat"]),
+            helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], transB=1),
+        ]
+        graph = helper.make_graph(
+            self.nodes,
+            title,
+            [helper.make_tensor_value_info("data", TensorProto.FLOAT, [batch, 3, size, size])],
+            [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, classes])],
+            initializer=self.inits,
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+        onnx.checker.check_model(model)
+        onnx.save(model, str(path))
+        return str(path)
+
+
 def resnet(
     path, depth: int = 18, batch: int = 1, size: int = 224, classes: int = 1000, seed: int = 0
 ) -> str:
@@ -185,40 +261,9 @@ def resnet(
     BatchNorm statistics to ``path``, BatchNormalization nodes kept (as an export without
     constant folding gives them), so that an importer hands the backend real BNs to fold. Input
     ``data`` ``[batch, 3, size, size]``, output ``logits``."""
-    rng = np.random.default_rng(seed)
-    inits, nodes = [], []
-
-    def conv_bn(x, name, cin, cout, k, stride, relu):
-        w = rng.standard_normal((cout, cin, k, k)) * np.sqrt(1.0 / (cin * k * k))
-        inits.append(numpy_helper.from_array(w.astype("float32"), f"{name}_w"))
-        stats = {
-            "gamma": rng.uniform(0.5, 1.0, cout),
-            "beta": rng.uniform(-0.2, 0.2, cout),
-            "mean": rng.uniform(-0.2, 0.2, cout),
-            "var": rng.uniform(0.5, 2.0, cout),
-        }
-        for key, value in stats.items():
-            inits.append(numpy_helper.from_array(value.astype("float32"), f"{name}_{key}"))
-        pads = [k // 2] * 4
-        nodes.append(
-            helper.make_node(
-                "Conv",
-                [x, f"{name}_w"],
-                [f"{name}_c"],
-                kernel_shape=[k, k],
-                strides=[stride] * 2,
-                pads=pads,
-            )
-        )
-        bn_inputs = [f"{name}_c"] + [f"{name}_{key}" for key in stats]
-        nodes.append(helper.make_node("BatchNormalization", bn_inputs, [f"{name}_n"], epsilon=1e-5))
-        if not relu:
-            return f"{name}_n"
-        nodes.append(helper.make_node("Relu", [f"{name}_n"], [f"{name}_r"]))
-        return f"{name}_r"
-
-    x = conv_bn("data", "stem", 3, 64, 7, 2, relu=True)
-    nodes.append(
+    net = _Network(seed)
+    x = net.conv_bn("data", "stem", 3, 64, 7, 2)
+    net.nodes.append(
         helper.make_node(
             "MaxPool", [x], ["pool"], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4
         )
@@ -231,34 +276,46 @@ def resnet(
             stride = 2 if stage > 0 and block == 0 else 1
             name = f"s{stage}b{block}"
             if bottleneck:
-                y = conv_bn(x, f"{name}_1", cin, width, 1, 1, relu=True)
-                y = conv_bn(y, f"{name}_2", width, width, 3, stride, relu=True)
-                y = conv_bn(y, f"{name}_3", width, cout, 1, 1, relu=False)
+                y = net.conv_bn(x, f"{name}_1", cin, width, 1, 1)
+                y = net.conv_bn(y, f"{name}_2", width, width, 3, stride)
+                y = net.conv_bn(y, f"{name}_3", width, cout, 1, 1, "none")
             else:
-                y = conv_bn(x, f"{name}_1", cin, cout, 3, stride, relu=True)
-                y = conv_bn(y, f"{name}_2", cout, cout, 3, 1, relu=False)
+                y = net.conv_bn(x, f"{name}_1", cin, cout, 3, stride)
+                y = net.conv_bn(y, f"{name}_2", cout, cout, 3, 1, "none")
             shortcut = x
             if stride != 1 or cin != cout:
-                shortcut = conv_bn(x, f"{name}_down", cin, cout, 1, stride, relu=False)
-            nodes.append(helper.make_node("Add", [y, shortcut], [f"{name}_sum"]))
-            nodes.append(helper.make_node("Relu", [f"{name}_sum"], [f"{name}_out"]))
+                shortcut = net.conv_bn(x, f"{name}_down", cin, cout, 1, stride, "none")
+            total = net.add(y, shortcut, f"{name}_sum")
+            net.nodes.append(helper.make_node("Relu", [total], [f"{name}_out"]))
             x, cin = f"{name}_out", cout
-    fc_w = rng.standard_normal((classes, cin)) * np.sqrt(1.0 / cin)
-    inits.append(numpy_helper.from_array(fc_w.astype("float32"), "fc_w"))
-    inits.append(numpy_helper.from_array(np.zeros(classes, "float32"), "fc_b"))
-    nodes += [
-        helper.make_node("GlobalAveragePool", [x], ["gap"]),
-        helper.make_node("Flatten", ["gap"], ["flat"]),
-        helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], transB=1),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        f"tvm_fuse_resnet{depth}",
-        [helper.make_tensor_value_info("data", TensorProto.FLOAT, [batch, 3, size, size])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, classes])],
-        initializer=inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
-    return str(path)
+    return net.save(path, x, cin, f"tvm_fuse_resnet{depth}", batch, size, classes)
+
+
+#: MobileNet-v2's inverted residual stages: (expansion t, output channels c, blocks n, stride s).
+MOBILENET_V2_STAGES = (
+    (1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
+    (6, 320, 1, 1),
+)
+
+
+def mobilenet_v2(
+    path, batch: int = 1, size: int = 224, classes: int = 1000, seed: int = 0
+) -> str:
+    """Write a MobileNet-v2 (torchvision's layout, width 1.0) with random weights and random
+    BatchNorm statistics to ``path``, BN kept: a 3x3 stem, the inverted residual blocks (1x1
+    expand -> 3x3 depthwise -> 1x1 linear project, a residual add where the shape allows),
+    ReLU6 as ONNX ``Clip(0, 6)``, a 1x1 conv to 1280 channels, then the classifier. Input
+    ``data`` ``[batch, 3, size, size]``, output ``logits``."""
+    net = _Network(seed)
+    x, cin = net.conv_bn("data", "stem", 3, 32, 3, 2, "relu6"), 32
+    for stage, (expand, cout, count, first_stride) in enumerate(MOBILENET_V2_STAGES):
+        for block in range(count):
+            name, stride = f"s{stage}b{block}", first_stride if block == 0 else 1
+            hidden = cin * expand
+            y = x if expand == 1 else net.conv_bn(x, f"{name}_exp", cin, hidden, 1, 1, "relu6")
+            y = net.conv_bn(y, f"{name}_dw", hidden, hidden, 3, stride, "relu6", groups=hidden)
+            y = net.conv_bn(y, f"{name}_proj", hidden, cout, 1, 1, "none")
+            x = net.add(y, x, f"{name}_sum") if stride == 1 and cin == cout else y
+            cin = cout
+    x = net.conv_bn(x, "last", cin, 1280, 1, 1, "relu6")
+    return net.save(path, x, 1280, "tvm_fuse_mobilenet_v2", batch, size, classes)

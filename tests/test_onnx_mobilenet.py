@@ -1,0 +1,44 @@
+"""MobileNet-v2 as ONNX (``onnx_example.mobilenet_v2``): every conv fused, the output equal to
+ONNX Runtime's; and the ``bench onnx`` suite's record on a small model."""
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import tvm_fuse
+from tvm_fuse import onnx_example, testing
+from tvm_fuse.bench import bench_onnx
+
+
+@pytest.mark.slow
+def test_mobilenet_v2_fuses_every_conv_and_matches_onnxruntime(tmp_path):
+    path = onnx_example.mobilenet_v2(tmp_path / "mobilenet_v2.onnx")
+    model = onnx.load(path)
+    assert sum(n.op_type == "BatchNormalization" for n in model.graph.node) == 52
+    data = np.random.default_rng(1).standard_normal((1, 3, 224, 224)).astype("float32")
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    (expected,) = session.run(None, {"data": data})
+
+    mod, params = bench_onnx.relay_module(path, data.shape)
+    specs = tvm_fuse.describe(tvm_fuse.optimize(mod, params))
+    kinds = [(s.algorithm_name, s.activation) for s in specs]
+    assert kinds.count(("depthwise", "relu6")) == 17  # one per inverted residual block
+    assert len(specs) == 52  # every conv: 17 depthwise, 35 direct
+    (got,) = testing.run(tvm_fuse.build(mod, params), {"data": data})
+    testing.assert_close([got], [expected], rtol=1e-4)
+
+
+def test_bench_onnx_records_every_implementation_checked_against_onnxruntime(tmp_path):
+    out = tmp_path / "onnx.json"
+    assert bench_onnx.main(["--models", "block", "--quick", "--json", str(out)]) == 0
+    (record,) = json.loads(out.read_text())["models"]
+    assert set(record["results"]) == {"tvm_fuse", "tvm_nchwc", "onnxruntime"}
+    assert record["results"]["onnxruntime"]["check"] is None  # the reference
+    for name in ("tvm_fuse", "tvm_nchwc"):
+        assert record["results"][name]["check"]["ok"], name
+    assert record["algorithms"].startswith("2 ")  # the block's two convs, as the model chose
+    assert set(record["paired_ratios"]) == {"tvm_fuse/tvm_nchwc", "tvm_fuse/onnxruntime"}
+    assert all(value > 0 for value in record["paired_ratios"].values())
