@@ -189,6 +189,32 @@ def machine_for(lanes: int) -> Machine:
     )
 
 
+#: How much more padding of Co whole VL-lane vectors must cost than VL/2-lane ones for the
+#: direct kernel to take VL/2 lanes where that loses no FMA throughput (``direct_lanes``). On
+#: znver4 a Co of 24 (MobileNet-v2's 144 -> 24 projection at 56x56) ran in 0.69x the time with
+#: 8 lanes (3 vectors) as with 16 (2 vectors, one a third padding), while Co 144 and 1280, whole
+#: 16-lane vectors, ran 7-10 % slower with 8 lanes: twice the instructions for the same FMAs.
+NARROW_PADDING_GAIN = 1.1
+
+
+def cpu_is_amd(mcpu: str) -> bool:
+    """Whether the ``-mcpu`` of a target names an AMD core (``znver*``); this machine's vendor
+    when it names none (``host_is_amd``)."""
+    return mcpu.startswith("znver") if mcpu else host_is_amd()
+
+
+def direct_lanes(channels: int, lanes: int, amd: bool) -> int:
+    """VL of the direct kernel for a conv of ``channels`` output channels on a target of
+    ``lanes`` fp32 lanes: ``lanes / 2`` on AMD's AVX-512 (``amd``), whose FMA pipes retire 8
+    lanes a cycle whatever the width (``machine_for``), where whole ``lanes``-wide vectors would
+    pad Co by ``NARROW_PADDING_GAIN`` more than half-width ones; else ``lanes``."""
+    half = lanes // 2
+    if lanes < 16 or not amd:
+        return lanes
+    wide, narrow = (packing.padded_channels(channels, n) for n in (lanes, half))
+    return half if wide > NARROW_PADDING_GAIN * narrow else lanes
+
+
 def tile_score(machine: Machine, owb: int, ocb: int, wo: int, weight_cost: float = 1) -> float:
     """FMAs per load of one reduction step (a weight load counting ``weight_cost``) x the
     fraction of computed pixels kept x the fraction of the FMA pipeline that ``owb * ocb``

@@ -218,3 +218,38 @@ def test_only_large_inputs_are_padded_row_by_row(data, padding, flat, by_rows):
     bytes_ = data[0] * (data[1] + 2 * padding) * (data[2] + 2 * padding) * data[3] * 4
     assert tiling.pads_by_rows(spec, tiles) == by_rows
     assert by_rows == (padding > 0 and not flat and bytes_ > tiling.PAD_UP_FRONT_MAX_BYTES)
+
+
+@pytest.mark.parametrize(
+    "channels, amd, want",
+    [(24, True, 8), (40, True, 8), (1000, True, 16), (144, True, 16), (17, True, 8),
+     (24, False, 16)],
+)
+def test_direct_kernel_takes_half_vectors_only_where_they_cost_no_fma_throughput(
+    channels, amd, want
+):
+    """AMD's AVX-512 retires 8 lanes per FMA pipe and cycle either way, so a Co that 16-lane
+    vectors pad by a fifth or more (24 -> 32) takes 8 lanes; one they cover (144) or barely pad
+    (1000 -> 1008) keeps 16. Intel's AVX-512 keeps 16 (it would halve its FMA rate)."""
+    assert tiling.direct_lanes(channels, 16, amd) == want
+    assert tiling.direct_lanes(channels, 8, amd) == 8  # AVX2: never narrower
+
+
+@pytest.mark.parametrize("mcpu, amd", [("znver4", True), ("znver3", True), ("rocketlake", False)])
+def test_the_vendor_comes_from_the_targets_cpu(mcpu, amd, monkeypatch):
+    monkeypatch.setattr(tiling, "host_is_amd", lambda: not amd)  # never asked
+    assert tiling.cpu_is_amd(mcpu) is amd
+    monkeypatch.setattr(tiling, "host_is_amd", lambda: amd)
+    assert tiling.cpu_is_amd("") is amd  # no -mcpu: this machine
+
+
+@pytest.mark.parametrize(
+    "mcpu, layouts", [("znver4", ("OHWI8o", "OHWI16o")), ("skylake-avx512", ("OHWI16o",) * 2)]
+)
+def test_the_strategy_packs_a_co_of_24_for_8_lanes_on_amd_avx512_only(mcpu, layouts):
+    from tvm_fuse import strategy  # pylint: disable=import-outside-toplevel
+
+    target = tvm.target.Target(f"llvm -mcpu={mcpu} -num-cores=2")
+    for co, layout in zip((24, 144), layouts):
+        spec = KernelSpec.conv((1, 56, 56, 144), (1, 1, 144, co))
+        assert strategy.preferred_spec(spec, target).weight.layout == layout

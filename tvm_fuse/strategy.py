@@ -108,11 +108,13 @@ def preferred_spec(spec: KernelSpec, target) -> KernelSpec:
     if fast_path_refusal(spec, target):
         return dataclasses.replace(spec, algorithm="direct", winograd_tile=0)
     lanes = simd_lanes(target)
+    amd = tiling.cpu_is_amd(str(target.attrs.get("mcpu", "")))
     if spec.depthwise:
         lanes = packing.depthwise_lanes(spec.out_channels, lanes)
         return dataclasses.replace(spec, weight=packing.packed_depthwise_weight(spec, lanes))
     if spec.algorithm == "winograd":
         return winograd_weights.winograd_spec(spec, spec.winograd_tile, lanes)
+    lanes = tiling.direct_lanes(spec.out_channels, lanes, amd)
     return dataclasses.replace(spec, weight=packing.packed_weight(spec, lanes))
 
 
