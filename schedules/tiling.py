@@ -203,13 +203,14 @@ def cpu_is_amd(mcpu: str) -> bool:
     return mcpu.startswith("znver") if mcpu else host_is_amd()
 
 
-def direct_lanes(channels: int, lanes: int, amd: bool) -> int:
+def direct_lanes(channels: int, lanes: int, mcpu: str) -> int:
     """VL of the direct kernel for a conv of ``channels`` output channels on a target of
-    ``lanes`` fp32 lanes: ``lanes / 2`` on AMD's AVX-512 (``amd``), whose FMA pipes retire 8
-    lanes a cycle whatever the width (``machine_for``), where whole ``lanes``-wide vectors would
-    pad Co by ``NARROW_PADDING_GAIN`` more than half-width ones; else ``lanes``."""
+    ``lanes`` fp32 lanes and CPU ``mcpu``: ``lanes / 2`` on AMD's AVX-512 (``cpu_is_amd``),
+    whose FMA pipes retire 8 lanes a cycle whatever the width (``machine_for``), where whole
+    ``lanes``-wide vectors would pad Co by ``NARROW_PADDING_GAIN`` more than half-width ones;
+    else ``lanes``."""
     half = lanes // 2
-    if lanes < 16 or not amd:
+    if lanes < 16 or not cpu_is_amd(mcpu):
         return lanes
     wide, narrow = (packing.padded_channels(channels, n) for n in (lanes, half))
     return half if wide > NARROW_PADDING_GAIN * narrow else lanes

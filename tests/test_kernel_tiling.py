@@ -231,8 +231,9 @@ def test_direct_kernel_takes_half_vectors_only_where_they_cost_no_fma_throughput
     """AMD's AVX-512 retires 8 lanes per FMA pipe and cycle either way, so a Co that 16-lane
     vectors pad by a fifth or more (24 -> 32) takes 8 lanes; one they cover (144) or barely pad
     (1000 -> 1008) keeps 16. Intel's AVX-512 keeps 16 (it would halve its FMA rate)."""
-    assert tiling.direct_lanes(channels, 16, amd) == want
-    assert tiling.direct_lanes(channels, 8, amd) == 8  # AVX2: never narrower
+    mcpu = "znver4" if amd else "rocketlake"
+    assert tiling.direct_lanes(channels, 16, mcpu) == want
+    assert tiling.direct_lanes(channels, 8, mcpu) == 8  # AVX2: never narrower
 
 
 @pytest.mark.parametrize("mcpu, amd", [("znver4", True), ("znver3", True), ("rocketlake", False)])

@@ -30,8 +30,7 @@ from . import boundary_ops
 from .op import OP_NAME, spec_of_attrs
 from .schedules import conv2d_nhwc_fused as fast
 from .schedules import depthwise, generic, packing, tiling, transposes, winograd
-from .schedules import winograd_tiling
-from .schedules import winograd_weights
+from .schedules import winograd_tiling, winograd_weights
 from .spec import KernelSpec
 
 #: The AutoTVM templates of the fused op's fast kernels: the ones with knobs, which
@@ -108,13 +107,12 @@ def preferred_spec(spec: KernelSpec, target) -> KernelSpec:
     if fast_path_refusal(spec, target):
         return dataclasses.replace(spec, algorithm="direct", winograd_tile=0)
     lanes = simd_lanes(target)
-    amd = tiling.cpu_is_amd(str(target.attrs.get("mcpu", "")))
     if spec.depthwise:
         lanes = packing.depthwise_lanes(spec.out_channels, lanes)
         return dataclasses.replace(spec, weight=packing.packed_depthwise_weight(spec, lanes))
     if spec.algorithm == "winograd":
         return winograd_weights.winograd_spec(spec, spec.winograd_tile, lanes)
-    lanes = tiling.direct_lanes(spec.out_channels, lanes, amd)
+    lanes = tiling.direct_lanes(spec.out_channels, lanes, str(target.attrs.get("mcpu", "")))
     return dataclasses.replace(spec, weight=packing.packed_weight(spec, lanes))
 
 

@@ -60,6 +60,5 @@ def preferred_spec(spec: KernelSpec, target) -> KernelSpec:
     lanes = compat.simd_lanes(target)
     if spec.algorithm == "winograd":
         return winograd_weights.winograd_spec(spec, spec.winograd_tile, lanes)
-    amd = tiling.cpu_is_amd(str(target.attrs.get("mcpu", "")))
-    lanes = tiling.direct_lanes(spec.out_channels, lanes, amd)
+    lanes = tiling.direct_lanes(spec.out_channels, lanes, str(target.attrs.get("mcpu", "")))
     return dataclasses.replace(spec, weight=packing.packed_weight(spec, lanes))
