@@ -23,11 +23,11 @@ Measured on Zen 4 (AVX-512, 2 threads, conv + bias + ReLU6, the kernel alone): 1
 (the strategy never sends other convs here).
 """
 
-from tvm import te, topi
+from tvm import te
 
 from ..spec import KernelSpec
 from .epilogue import apply_epilogue
-from .te_utils import find_tagged, inline_all_but
+from .te_utils import find_tagged, inline_all_but, pad_for_tiles
 
 NAME = "depthwise_conv2d_nhwc_fused.x86"
 #: Tag of the conv stage, by which the schedule finds it.
@@ -51,19 +51,14 @@ def compute(spec: KernelSpec, data, weight, bias, residual):
             f"groups={spec.groups}, data {data.dtype}{list(data.shape)} and weight "
             f"{spec.weight.layout} {weight.dtype}{list(weight.shape)}"
         )
-    n, h, w, _ = spec.data.shape
+    n = spec.data.shape[0]
     kh, kw = spec.kernel_size
     ho, wo = spec.out_hw
     lanes, channels = spec.lanes, spec.out_channels
-    (sh, sw), (dh, dw), (top, left, bottom, right) = spec.strides, spec.dilation, spec.padding
+    (sh, sw), (dh, dw) = spec.strides, spec.dilation
     wo_pad = -(-wo // tile_width(wo)) * tile_width(wo)
-    # columns of the last tile past Wo are computed and never stored: a padded input is padded
-    # for them too, an unpadded one has them read column Wo-1 again (no copy of the input)
-    padded = any((top, left, bottom, right))
-    clamp = wo_pad > wo and not padded
-    if padded:
-        extra = max(0, (wo_pad - 1) * sw + (kw - 1) * dw + 1 - (w + left + right))
-        data = topi.nn.pad(data, [0, top, left, 0], [0, bottom, right + extra, 0], name="data_pad")
+    # the last tile's columns past Wo: padded for, or read again from column Wo-1 (clamp)
+    data, clamp = pad_for_tiles(data, spec, wo_pad)
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
 

@@ -8,10 +8,11 @@ The two tile shapes of the tile model change the computation itself, so they are
 with whole channel vectors). This module imports TE and TOPI only (no AutoTVM, no Relay).
 """
 
-from tvm import te, topi
+from tvm import te
 
 from ..spec import KernelSpec
 from .epilogue import apply_epilogue
+from .te_utils import pad_for_tiles
 
 #: Tag of the conv stage, by which the schedules find it.
 CONV_TAG = "conv2d_nhwc_fused_packed"
@@ -20,24 +21,16 @@ CONV_TAG = "conv2d_nhwc_fused_packed"
 def compute(spec: KernelSpec, data, weight, bias, residual, owb: int, flat: bool):
     """TE of the fast kernel of ``spec`` on the packed ``weight``, for a tile of ``owb`` pixels
     along Wo (``flat``: along the flattened Ho*Wo axis)."""
-    _, h, w, ci = spec.data.shape
+    ci = spec.in_channels
     kh, kw = spec.kernel_size
     ho, wo = spec.out_hw
     lanes, channels, out_dtype = spec.lanes, spec.out_channels, spec.out.dtype
     co_vectors = spec.weight.shape[spec.weight.layout.index("O")]
-    (sh, sw), (dh, dw), (top, left, bottom, right) = spec.strides, spec.dilation, spec.padding
+    (sh, sw), (dh, dw) = spec.strides, spec.dilation
     n = spec.data.shape[0]
     wo_pad = wo if flat else -(-wo // owb) * owb
-    padded = any((top, left, bottom, right))
-    # the Wo tile's columns past Wo are computed and never stored: a conv that pads anyway
-    # pads them too; one that does not (1x1, "valid") reads column Wo-1 again for them,
-    # which spares the kernel a copy of every input row it reads (the copy cost 1x1 convs
-    # 5-10 %, strided ones more: they copy the columns they skip)
-    clamp = wo_pad > wo and not padded
-    if padded:
-        extra = max(0, (wo_pad - 1) * sw + (kw - 1) * dw + 1 - (w + left + right))
-        pad_after = [0, bottom, right + extra, 0]
-        data = topi.nn.pad(data, [0, top, left, 0], pad_after, name="data_pad")
+    # the Wo tile's columns past Wo: padded for, or read again from column Wo-1 (clamp)
+    data, clamp = pad_for_tiles(data, spec, wo_pad)
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
     rc = te.reduce_axis((0, ci), name="rc")

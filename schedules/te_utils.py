@@ -1,8 +1,9 @@
-"""Small TE helpers the hand-written schedules share (TE only: no AutoTVM, no Relay)."""
+"""Small TE helpers the hand-written kernels share (TE and TOPI only: no AutoTVM, no Relay;
+both backends import them)."""
 
 from __future__ import annotations
 
-from tvm import te
+from tvm import te, topi
 
 
 def tagged_stage(out: te.Tensor, tag: str) -> te.Tensor | None:
@@ -33,3 +34,20 @@ def inline_all_but(s: te.Schedule, out: te.Tensor, conv: te.Tensor) -> None:
         keep = stage.op in (out.op, conv.op) or stage.op.name == "data_pad"
         if isinstance(stage.op, te.ComputeOp) and not keep:
             stage.compute_inline()
+
+
+def pad_for_tiles(data: te.Tensor, spec, wo_pad: int) -> tuple[te.Tensor, bool]:
+    """The input a conv of ``spec`` (a ``KernelSpec``) computed on ``wo_pad >= Wo`` output
+    columns reads, and whether it clamps its column index to ``Wo - 1``. The columns past Wo
+    are computed and never stored: a conv that pads anyway pads its input for them too
+    (``data_pad``); one that does not (1x1, "valid") reads column Wo-1 again for them, which
+    spares the kernel a copy of every input row it reads (the copy cost the direct kernel's 1x1
+    convs 5-10 %, strided ones more: they copy the columns they skip)."""
+    top, left, bottom, right = spec.padding
+    if not any(spec.padding):
+        return data, wo_pad > spec.out_hw[1]
+    w, kw = spec.data.shape[2], spec.kernel_size[1]
+    sw, dw = spec.strides[1], spec.dilation[1]
+    extra = max(0, (wo_pad - 1) * sw + (kw - 1) * dw + 1 - (w + left + right))
+    pad_after = [0, bottom, right + extra, 0]
+    return topi.nn.pad(data, [0, top, left, 0], pad_after, name="data_pad"), False
