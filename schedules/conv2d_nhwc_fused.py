@@ -45,7 +45,7 @@ from tvm.autotvm.task.space import OtherOptionEntity, SplitEntity
 from ..spec import KernelSpec
 from . import fused_te, packing, tiling
 from .fused_te import CONV_TAG
-from .te_utils import find_tagged, inline_all_but
+from .te_utils import find_tagged, inline_all_but, pad_rows_in_parallel
 
 NAME = "conv2d_nhwc_fused.x86"
 #: Tag of the HWIO view of a packed weight that the template receives at build time.
@@ -252,5 +252,4 @@ def _schedule_pad(cfg, s, pad, stage, rows):
     if cfg["pad_at_row"].val:
         s[pad].compute_at(stage, rows)
         return
-    n, h, _, _ = s[pad].op.axis
-    s[pad].parallel(s[pad].fuse(n, h))
+    pad_rows_in_parallel(s, pad)

@@ -27,7 +27,7 @@ from tvm import te
 
 from ..spec import KernelSpec
 from .epilogue import apply_epilogue
-from .te_utils import find_tagged, inline_all_but, pad_for_tiles
+from .te_utils import find_tagged, inline_all_but, pad_for_tiles, pad_rows_in_parallel
 
 NAME = "depthwise_conv2d_nhwc_fused.x86"
 #: Tag of the conv stage, by which the schedule finds it.
@@ -99,7 +99,6 @@ def schedule(outs):
     s[conv].vectorize(channel_lane)
     pad = conv.op.input_tensors[0]
     if pad.op.name == "data_pad":
-        pn, ph, _, _ = s[pad].op.axis
-        s[pad].parallel(s[pad].fuse(pn, ph))
+        pad_rows_in_parallel(s, pad)
     return s
 

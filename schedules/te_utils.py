@@ -36,6 +36,13 @@ def inline_all_but(s: te.Schedule, out: te.Tensor, conv: te.Tensor) -> None:
             stage.compute_inline()
 
 
+def pad_rows_in_parallel(s: te.Schedule, pad: te.Tensor) -> None:
+    """Compute the padded input ``pad`` (NHWC) whole, up front, in a parallel loop over its
+    (N, H) rows: split by rows as the kernels split their output."""
+    n, h, _, _ = s[pad].op.axis
+    s[pad].parallel(s[pad].fuse(n, h))
+
+
 def pad_for_tiles(data: te.Tensor, spec, wo_pad: int) -> tuple[te.Tensor, bool]:
     """The input a conv of ``spec`` (a ``KernelSpec``) computed on ``wo_pad >= Wo`` output
     columns reads, and whether it clamps its column index to ``Wo - 1``. The columns past Wo

@@ -27,6 +27,7 @@ from tvm.autotvm.task.space import OtherOptionEntity
 
 from ..spec import KernelSpec
 from . import winograd_te, winograd_tiling, winograd_weights
+from .te_utils import pad_rows_in_parallel
 
 NAME = "conv2d_nhwc_winograd.x86"
 #: Tag of the HWIO stand-in for the transformed weight that the template receives at build time.
@@ -199,8 +200,7 @@ def _schedule_block(cfg, s, out, stages):
         s[v].compute_at(s[out], block)
     pad = stages.get("data_pad")
     if pad is not None:
-        pb, ph, _, _ = s[pad].op.axis
-        s[pad].parallel(s[pad].fuse(pb, ph))
+        pad_rows_in_parallel(s, pad)
 
 
 def _schedule_gemm(cfg, s, gemm, lanes, tile_co):
