@@ -46,8 +46,9 @@ def bench_model(name: str, target, cfg: common.TimingConfig, folder, impls=IMPLS
     (stock TVM's when ONNX Runtime is not installed or not wanted)."""
     path, data = write_onnx_model(name, folder)
     mod, params = relay_module(path, data.shape)
-    preps = peers.implementations(mod, params, data, target, None, impls)
-    if "onnxruntime" in impls:
+    tvm_impls = [name for name in impls if name in common.TVM_BUILDERS]
+    preps = peers.implementations(mod, params, data, target, None, tvm_impls)
+    if "onnxruntime" in impls:  # on the file itself, not on a PyTorch module's export
         preps["onnxruntime"] = lambda: peers.ort_file_runner(path, data)
     available = "onnxruntime" in preps and not common.peers_available()["onnxruntime"]
     reference = "onnxruntime" if available else "tvm_nchwc"
