@@ -1,4 +1,5 @@
-"""Wrong results: the fused epilogue on NaN and ±Inf, bad tuning logs, n_trial < 1.
+"""Wrong results: the fused epilogue on NaN and ±Inf (direct and depthwise kernels), bad tuning
+logs, n_trial < 1.
 
 A fused kernel replaces ``bias_add -> add -> activation``; on NaN and ±Inf it must give exactly
 what stock TVM's build of the unfused graph gives (e.g. stock ``clip(NaN, 0, 6)`` is 6: it
@@ -32,14 +33,19 @@ ACTIVATIONS = {
 PATHS = {"fast": ((1, 8, 8, 8), 16), "generic": ((1, 8, 5, 5), 4)}
 
 
-def _graph(activation, data_shape, channels, kernel):
+def _graph(activation, data_shape, channels, kernel, groups=1):
     data = relay.var("data", shape=data_shape)
     residual_shape = (1, channels, *data_shape[2:])
     residual = relay.var("residual", shape=residual_shape)
-    weight = relay.var("weight", shape=(channels, data_shape[1], kernel, kernel))
+    weight = relay.var("weight", shape=(channels, data_shape[1] // groups, kernel, kernel))
     bias = relay.var("bias", shape=(channels,))
     y = relay.nn.conv2d(
-        data, weight, padding=kernel // 2, channels=channels, kernel_size=(kernel, kernel)
+        data,
+        weight,
+        padding=kernel // 2,
+        channels=channels,
+        kernel_size=(kernel, kernel),
+        groups=groups,
     )
     y = relay.add(relay.nn.bias_add(y, bias), residual)
     body = ACTIVATIONS[activation](y)
@@ -95,6 +101,34 @@ def test_epilogue_on_nan_and_inf_matches_stock(activation, path):
     (got,) = testing.run(tvm_fuse.build(mod, params), inputs)
     assert_same_including_specials(got, ref)
     if activation == "none":  # the accumulators the activations see hold every special
+        assert np.isnan(ref).any() and np.isposinf(ref).any() and np.isneginf(ref).any()
+
+
+@pytest.mark.parametrize("activation", ["none", "relu", "relu6"])
+def test_depthwise_kernel_on_nan_and_inf_matches_stock(activation):
+    """The depthwise kernel: channel 1's filter NaN, channel 2's +Inf in one tap, specials in
+    the data and the residual; the output as stock TVM's unfused depthwise conv gives it."""
+    data_shape, channels = (1, 16, 8, 8), 16
+    mod = _graph(activation, data_shape, channels, 3, groups=channels)
+    rng = np.random.default_rng(0)
+    last, mid = data_shape[2] - 1, data_shape[2] // 2
+    params = {
+        "weight": _specials(rng, (channels, 1, 3, 3), [(1, 0, 0, 0), (2, 0, 1, 1)]),
+        "bias": rng.standard_normal(channels).astype("float32"),
+    }
+    inputs = {
+        "data": _specials(rng, data_shape, [(0, 0, 0, 0), (0, 3, 0, last), (0, 4, last, 0)]),
+        "residual": _specials(
+            rng, data_shape, [(0, 5, last, last), (0, 0, mid, mid), (0, 6, mid, mid)]
+        ),
+    }
+    (spec,) = tvm_fuse.describe(tvm_fuse.optimize(mod, params))
+    assert spec.depthwise and spec.activation == activation and "add" in spec.ops
+    assert strategy.fast_path_refusal(spec, tvm_fuse.host_target()) is None
+    (ref,) = testing.run(testing.build_stock(mod, params), inputs)
+    (got,) = testing.run(tvm_fuse.build(mod, params), inputs)
+    assert_same_including_specials(got, ref)
+    if activation == "none":
         assert np.isnan(ref).any() and np.isposinf(ref).any() and np.isneginf(ref).any()
 
 
