@@ -36,8 +36,17 @@ Timed with AutoTVM's measure (two rounds) against 6 x 4, 5 x 4, 4 x 4, 7 x 2 and
 layers where the two models differ (seed, the 1x1 512->128 at 28x28, r50_reduce, stem) the base
 model's tile was as fast or faster: for znver4 LLVM unrolls the reduction loop twice and keeps
 all 28 accumulators on the stack (124 stack moves in the kernel against 13 for rocketlake,
-which does not unroll it). Which kind of core it is, is read from the host
-(:func:`host_is_amd`), as the cache sizes are.
+which does not unroll it).
+
+Zen 5 (measured on 2 znver5 cores, 1 MiB L2 and 48 KiB L1d each) runs 512-bit FMAs at full
+width (twice Zen 4's peak) and takes the L2 weight model without the spilled register, for flat
+tiles as well, its weight slice kept within L2: 2 vectors x 14 px (28 accumulators, 31 zmm) where
+the weights stream from L2. With ``algorithm="direct"`` (interleaved A/B against the Zen 4
+model, 7 rounds) l3 ran in 0.93x the time (89 % of the FMA peak), l4 in 0.875x (87 %; 4 vectors
+would stream a 1.18 MB slice from L3), ``mb_last`` in 0.85x, l2 0.97x, the others within 2 %.
+In a sweep of the knobs, 7 x 4 (LLVM spills) and 6 x 4 ran 6-20 % slower than 14 x 2 on l1-l3.
+Which kind of core it is, is read from the host (:func:`host_is_amd`,
+:func:`host_splits_avx512`), as the cache sizes are.
 This module is plain Python: it knows nothing of TE.
 """
 
@@ -97,18 +106,42 @@ def host_l2_bytes() -> int:
     return host_cache_bytes(2, DEFAULT_L2_BYTES)
 
 
-@functools.lru_cache(maxsize=None)
-def host_is_amd() -> bool:
-    """Whether this machine's CPU is AMD's (``vendor_id`` of /proc/cpuinfo); False where unknown."""
+def _host_cpuinfo(field_name: str) -> set[str]:
+    """The values of ``field_name`` over this machine's CPUs in /proc/cpuinfo (empty where
+    unknown)."""
     try:
         text = Path("/proc/cpuinfo").read_text(errors="replace")
     except OSError:
-        return False
-    return any(
-        line.split(":", 1)[-1].strip() == "AuthenticAMD"
+        return set()
+    return {
+        line.split(":", 1)[-1].strip()
         for line in text.splitlines()
-        if line.startswith("vendor_id")
-    )
+        if line.split(":", 1)[0].strip() == field_name
+    }
+
+
+@functools.lru_cache(maxsize=None)
+def host_is_amd() -> bool:
+    """Whether this machine's CPU is AMD's (``vendor_id`` of /proc/cpuinfo); False where unknown."""
+    return "AuthenticAMD" in _host_cpuinfo("vendor_id")
+
+
+#: AMD's ``cpu family`` of Zen 3 and Zen 4. Zen 4, the one of the two with AVX-512, runs each
+#: 512-bit FMA as two 256-bit halves; Zen 5 (family 26) has 512-bit FMA pipes: the FMA peak of
+#: 2 znver5 cores measured 545 GFLOP/s with 16 lanes, 2.4x that of 2 znver4 cores (227).
+ZEN3_AND_ZEN4_FAMILY = "25"
+
+
+#: Zen 5's weight streaming rate relative to Zen 3's (``Machine.memory_speed``): 2 znver5 cores
+#: read memory at 43-45 GB/s, and ResNet-50 ran 3.5 % slower when the Winograd cost model
+#: assumed Zen 3's rate (it then chose direct for two 7x7x512 convs that F(2x2) runs faster).
+ZEN5_MEMORY_SPEED = 2.0
+
+
+@functools.lru_cache(maxsize=None)
+def host_splits_avx512() -> bool:
+    """Whether this machine runs a 512-bit FMA as two 256-bit halves (AMD's Zen 4)."""
+    return host_is_amd() and _host_cpuinfo("cpu family") == {ZEN3_AND_ZEN4_FAMILY}
 
 
 #: Below this many output values per core the fast kernel's launch and packing do not pay.
@@ -148,10 +181,13 @@ class Machine:
     vregs: int = 16  # vector registers
     fma_in_flight: int = 10  # FMA latency x FMA ports (4 x 2 on Zen 3/4), plus slack
     l2_weight_model: bool = False  # choose Wo tiles by the L2 weight model (AVX-512)
+    streaming_spill: int = 1  # registers a tile that streams its weights may spill (that model)
+    flat_streams: bool = False  # score flat tiles by that model too
     l1_bytes: int = field(default_factory=host_l1d_bytes)  # L1 data cache, for that model
     weights_fit_l2: bool = False  # keep a tile's weight slice within L2 (measured on AVX2)
     l2_bytes: int = field(default_factory=host_l2_bytes)  # L2 cache per core, for that rule
     flat_gain: float = FLAT_GAIN  # margin a flat tile needs over a Wo tile, output in L2
+    memory_speed: float = 1.0  # how fast weights stream from memory, relative to Zen 3's
 
 
 @dataclass(frozen=True)
@@ -174,19 +210,30 @@ def holds_broadcasts(owb: int, ocb: int) -> bool:
 
 
 def machine_for(lanes: int) -> Machine:
-    """The x86 machine of a SIMD width: AVX-512 has 32 vector registers, AVX2/SSE 16; the L2
-    weight model is for AVX-512 cores that are not AMD's (see the module's docstring). AMD's
-    AVX-512 cores split each 512-bit FMA into two 256-bit halves, so they retire 8 lanes per
-    pipe and cycle as with AVX2 (the FMA peak of 2 znver4 cores measured 227 GFLOP/s, 2 znver3
-    cores 203)."""
-    if lanes >= 16:
-        amd = host_is_amd()
+    """The x86 machine of a SIMD width: AVX-512 has 32 vector registers, AVX2/SSE 16. The kind
+    of AVX-512 core is read from the host (see the module's docstring): Zen 4 splits each
+    512-bit FMA into two 256-bit halves, so it retires 8 lanes per pipe and cycle as AVX2 does
+    (``host_splits_avx512``), and takes the base model; other AMD cores (Zen 5) take the L2
+    weight model without spilling and keep a tile's weights within L2; Intel's take the L2
+    weight model."""
+    if lanes < 16:
         return Machine(
-            lanes=lanes, fma_lanes=8 if amd else lanes, vregs=32, l2_weight_model=not amd
+            lanes=lanes, fma_lanes=lanes, vregs=16, weights_fit_l2=True, flat_gain=AVX2_FLAT_GAIN
         )
-    return Machine(
-        lanes=lanes, fma_lanes=lanes, vregs=16, weights_fit_l2=True, flat_gain=AVX2_FLAT_GAIN
-    )
+    if host_splits_avx512():
+        return Machine(lanes=lanes, fma_lanes=8, vregs=32)
+    if host_is_amd():
+        return Machine(
+            lanes=lanes,
+            fma_lanes=lanes,
+            vregs=32,
+            l2_weight_model=True,
+            streaming_spill=0,
+            flat_streams=True,
+            weights_fit_l2=True,
+            memory_speed=ZEN5_MEMORY_SPEED,
+        )
+    return Machine(lanes=lanes, fma_lanes=lanes, vregs=32, l2_weight_model=True)
 
 
 #: How much more padding of Co whole VL-lane vectors must cost than VL/2-lane ones for the
@@ -197,20 +244,20 @@ def machine_for(lanes: int) -> Machine:
 NARROW_PADDING_GAIN = 1.1
 
 
-def cpu_is_amd(mcpu: str) -> bool:
-    """Whether the ``-mcpu`` of a target names an AMD core (``znver*``); this machine's vendor
-    when it names none (``host_is_amd``)."""
-    return mcpu.startswith("znver") if mcpu else host_is_amd()
+def cpu_splits_avx512(mcpu: str) -> bool:
+    """Whether the core a target's ``-mcpu`` names runs a 512-bit FMA as two 256-bit halves
+    (``znver4``); this machine's answer when it names none (``host_splits_avx512``)."""
+    return mcpu == "znver4" if mcpu else host_splits_avx512()
 
 
 def direct_lanes(channels: int, lanes: int, mcpu: str) -> int:
     """VL of the direct kernel for a conv of ``channels`` output channels on a target of
-    ``lanes`` fp32 lanes and CPU ``mcpu``: ``lanes / 2`` on AMD's AVX-512 (``cpu_is_amd``),
-    whose FMA pipes retire 8 lanes a cycle whatever the width (``machine_for``), where whole
-    ``lanes``-wide vectors would pad Co by ``NARROW_PADDING_GAIN`` more than half-width ones;
-    else ``lanes``."""
+    ``lanes`` fp32 lanes and CPU ``mcpu``: ``lanes / 2`` on a core that splits 512-bit FMAs
+    (``cpu_splits_avx512``), whose FMA pipes retire 8 lanes a cycle whatever the width, where
+    whole ``lanes``-wide vectors would pad Co by ``NARROW_PADDING_GAIN`` more than half-width
+    ones; else ``lanes``."""
     half = lanes // 2
-    if lanes < 16 or not cpu_is_amd(mcpu):
+    if lanes < 16 or not cpu_splits_avx512(mcpu):
         return lanes
     wide, narrow = (packing.padded_channels(channels, n) for n in (lanes, half))
     return half if wide > NARROW_PADDING_GAIN * narrow else lanes
@@ -258,15 +305,15 @@ def best_tile(
     """(score, owb, ocb) of the best register tile along a pixel axis of length ``pixels``.
 
     ``streams(ocb)``: whether a tile of ``ocb`` vectors streams its weights from L2 (the L2
-    weight model); such a tile pays ``L2_WEIGHT_LOAD_COST`` per weight load and may spill one
-    register. ``allowed(ocb)``: the vector counts to consider; ``held``: as for
-    :func:`register_tiles`."""
+    weight model); such a tile pays ``L2_WEIGHT_LOAD_COST`` per weight load and may spill
+    ``machine.streaming_spill`` registers. ``allowed(ocb)``: the vector counts to consider;
+    ``held``: as for :func:`register_tiles`."""
 
     def score(owb, ocb):
         return tile_score(machine, owb, ocb, pixels, L2_WEIGHT_LOAD_COST if streams(ocb) else 1)
 
     def spills(ocb):
-        return int(streams(ocb))
+        return machine.streaming_spill if streams(ocb) else 0
 
     tiles = register_tiles(machine, pixels, co_vectors, spills, allowed, held)
     return max((score(owb, ocb), owb, ocb) for owb, ocb in tiles)
@@ -319,15 +366,17 @@ def choose_tiles(
     its own stage over whole vectors.
     """
     fits = weights_fit_l2(machine, window * ci)
-    score, owb, ocb = best_tile(machine, wo, co_vectors, allowed=fits)
-    flat_score, flat_owb, flat_ocb = best_tile(machine, ho * wo, co_vectors, allowed=fits)
+    streams = weights_overflow_l1(machine, window * ci)
+    flat_streams = streams if machine.flat_streams else lambda ocb: False
+    score, owb, ocb = best_tile(machine, wo, co_vectors, flat_streams, allowed=fits)
+    flat_score, flat_owb, flat_ocb = best_tile(machine, ho * wo, co_vectors, flat_streams, fits)
     out_bytes = ho * wo * co_vectors * machine.lanes * 4
     cheap_pass = window > 1 and out_bytes <= machine.l2_bytes
     margin = machine.flat_gain if cheap_pass else FLAT_GAIN
     if ho > 1 and (ragged_co or flat_score > score * (1 + margin)):
         return Tiles(owb=flat_owb, ocb=flat_ocb, icb=ci, flat=True)
     if machine.l2_weight_model:
-        _, owb, ocb = best_tile(machine, wo, co_vectors, weights_overflow_l1(machine, window * ci))
+        _, owb, ocb = best_tile(machine, wo, co_vectors, streams, allowed=fits)
     return Tiles(owb=owb, ocb=ocb, icb=ci)
 
 

@@ -77,7 +77,8 @@ def chunk_and_tile_co(co_vectors: int, co_chunks: int, tile_co: int) -> tuple[in
 #: Only ratios of costs matter.
 MACS_PER_NS = 35.0
 #: Bytes per ns at which a kernel streams a weight too large to stay in cache (Zen 3, fitted to
-#: the 7x7x512 layer, where the Winograd weights are 1.8x (F(2x2)) and 4x (F(4x4)) the direct).
+#: the 7x7x512 layer, where the Winograd weights are 1.8x (F(2x2)) and 4x (F(4x4)) the direct);
+#: other machines scale it by their ``tiling.Machine.memory_speed``.
 WEIGHT_BYTES_PER_NS = 22.0
 #: ns per transformed value (input and output transforms: per tile, point and channel).
 TRANSFORM_NS = 0.25
@@ -97,11 +98,12 @@ def estimated_ns(
     """Estimated time of a 3x3 stride-1 conv: direct for ``m == 0``, else Winograd F(m x m).
 
     The MACs at ``MACS_PER_NS`` per core and the transforms, both shared by ``cores``, plus the
-    weight streamed once at ``WEIGHT_BYTES_PER_NS`` (memory bandwidth is not shared out: on
+    weight streamed once at the machine's rate (memory bandwidth is not shared out: on
     small maps with many channels the larger Winograd weight is what costs). Fitted to CPU
     times of the layer benchmark's 3x3 layers on Zen 3 (one thread: each within ~20 %)."""
     co_pad = -(-co // lanes) * lanes
-    macs_per_ns = MACS_PER_NS * tiling.machine_for(lanes).fma_lanes / 8 * cores
+    machine = tiling.machine_for(lanes)
+    macs_per_ns = MACS_PER_NS * machine.fma_lanes / 8 * cores
     if m == 0:
         macs, weight_bytes, transformed = n * ho * wo * ci * co * 9, 9 * ci * co_pad * 4, 0
     else:
@@ -110,7 +112,7 @@ def estimated_ns(
         weight_bytes = alpha * alpha * ci * co_pad * 4
         transformed = alpha * alpha * tiles * (ci + co_pad)
     compute = macs / macs_per_ns + transformed * TRANSFORM_NS / cores
-    return compute + weight_bytes / WEIGHT_BYTES_PER_NS
+    return compute + weight_bytes / (WEIGHT_BYTES_PER_NS * machine.memory_speed)
 
 
 def choose_winograd_tile(

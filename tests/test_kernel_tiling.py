@@ -101,11 +101,42 @@ def test_avx2_and_the_host_l1():
     assert tiling.host_l1d_bytes() >= 16 * 1024
 
 
-@pytest.mark.parametrize("amd", [False, True])
-def test_the_l2_weight_model_is_for_avx512_cores_that_are_not_amds(amd, monkeypatch):
-    monkeypatch.setattr(tiling, "host_is_amd", lambda: amd)
-    assert tiling.machine_for(16).l2_weight_model is not amd
+@pytest.mark.parametrize(
+    "amd, splits, model, spill, fma_lanes",
+    [(False, False, True, 1, 16), (True, True, False, 1, 8), (True, False, True, 0, 16)],
+    ids=["intel", "zen4", "zen5"],
+)
+def test_the_avx512_machine_depends_on_the_kind_of_core(
+    amd, splits, model, spill, fma_lanes, monkeypatch
+):
+    """Intel: the L2 weight model, one register spilled; Zen 4 (512-bit FMAs split in two):
+    8 lanes per pipe, the base model; Zen 5: 16 lanes, the model without a spill, the weight
+    slice kept within L2, twice Zen 3's memory speed."""
+    host_is(monkeypatch, amd, splits)
+    machine = tiling.machine_for(16)
+    assert (machine.l2_weight_model, machine.streaming_spill) == (model, spill)
+    assert machine.fma_lanes == fma_lanes
+    assert machine.weights_fit_l2 == machine.flat_streams == (amd and not splits)
+    assert machine.memory_speed == (tiling.ZEN5_MEMORY_SPEED if amd and not splits else 1.0)
     assert not tiling.machine_for(8).l2_weight_model
+
+
+def host_is(monkeypatch, amd: bool, splits: bool = False) -> None:
+    """Make the tile model read this kind of host."""
+    monkeypatch.setattr(tiling, "host_is_amd", lambda: amd)
+    monkeypatch.setattr(tiling, "host_splits_avx512", lambda: splits)
+
+
+def test_a_zen4_host_is_told_by_its_cpu_family(monkeypatch):
+    tiling.host_splits_avx512.cache_clear()
+    monkeypatch.setattr(tiling, "host_is_amd", lambda: True)
+    for family, splits in (("25", True), ("26", False)):
+        monkeypatch.setattr(tiling, "_host_cpuinfo", lambda name, f=family: {f})
+        assert tiling.host_splits_avx512() is splits
+        tiling.host_splits_avx512.cache_clear()
+    monkeypatch.setattr(tiling, "host_is_amd", lambda: False)
+    assert not tiling.host_splits_avx512()  # an Intel family 25 does not exist; not AMD's
+    tiling.host_splits_avx512.cache_clear()
 
 
 def test_host_vendor_is_read_from_cpuinfo():
@@ -160,21 +191,33 @@ LAYER_TILES = {
     ("l3", "zen4"): (6, 4, 1, 256),
     ("l4", "zen4"): (5, 4, 1, 512),
     ("down", "zen4"): (4, 4, 0, 64),
+    # 2 vectors x 14 px where the weights stream from L2; l4's 4-vector slice would overflow it
+    ("stem", "zen5"): (6, 4, 0, 3),
+    ("l1", "zen5"): (14, 2, 0, 64),
+    ("seed", "zen5"): (14, 2, 0, 64),
+    ("l2", "zen5"): (14, 2, 0, 128),
+    ("l3", "zen5"): (14, 2, 0, 256),
+    ("l4", "zen5"): (7, 2, 0, 512),
+    ("down", "zen5"): (4, 4, 0, 64),
 }
-#: The target of each column, and whether its host is AMD's.
-TARGETS = {8: ("llvm -mcpu=znver3", True), 16: ("llvm -mcpu=skylake-avx512", False),
-           "zen4": ("llvm -mcpu=znver4", True)}
+#: The target of each column, whether its host is AMD's and splits 512-bit FMAs, its caches.
+SMALL_CACHES = dict(l1_bytes=32 * 1024, l2_bytes=512 * 1024)
+TARGETS = {
+    8: ("llvm -mcpu=znver3", True, False, SMALL_CACHES),
+    16: ("llvm -mcpu=skylake-avx512", False, False, SMALL_CACHES),
+    "zen4": ("llvm -mcpu=znver4", True, True, SMALL_CACHES),
+    "zen5": ("llvm -mcpu=znver5", True, False, dict(l1_bytes=48 * 1024, l2_bytes=1024 * 1024)),
+}
 
 
 @pytest.mark.parametrize(
     "layer, column", LAYER_TILES.keys(), ids=[f"{n}-{c}" for n, c in LAYER_TILES]
 )
 def test_template_fallback_is_the_tile_model_for_the_benchmark_layers(layer, column, monkeypatch):
-    target_name, amd = TARGETS[column]
-    monkeypatch.setattr(tiling, "host_is_amd", lambda: amd)
-    lanes = 16 if column == "zen4" else column
+    target_name, amd, splits, caches = TARGETS[column]
+    host_is(monkeypatch, amd, splits)
+    lanes = 16 if isinstance(column, str) else column
     base_machine = tiling.machine_for
-    caches = dict(l1_bytes=32 * 1024, l2_bytes=512 * 1024)
     monkeypatch.setattr(
         tiling, "machine_for", lambda vl: dataclasses.replace(base_machine(vl), **caches)
     )
@@ -221,33 +264,39 @@ def test_only_large_inputs_are_padded_row_by_row(data, padding, flat, by_rows):
 
 
 @pytest.mark.parametrize(
-    "channels, amd, want",
-    [(24, True, 8), (40, True, 8), (1000, True, 16), (144, True, 16), (17, True, 8),
-     (24, False, 16)],
+    "channels, mcpu, want",
+    [(24, "znver4", 8), (40, "znver4", 8), (1000, "znver4", 16), (144, "znver4", 16),
+     (17, "znver4", 8), (24, "rocketlake", 16), (24, "znver5", 16)],
 )
 def test_direct_kernel_takes_half_vectors_only_where_they_cost_no_fma_throughput(
-    channels, amd, want
+    channels, mcpu, want
 ):
-    """AMD's AVX-512 retires 8 lanes per FMA pipe and cycle either way, so a Co that 16-lane
-    vectors pad by a fifth or more (24 -> 32) takes 8 lanes; one they cover (144) or barely pad
-    (1000 -> 1008) keeps 16. Intel's AVX-512 keeps 16 (it would halve its FMA rate)."""
-    mcpu = "znver4" if amd else "rocketlake"
+    """Zen 4 retires 8 lanes per FMA pipe and cycle either way, so a Co that 16-lane vectors
+    pad by a fifth or more (24 -> 32) takes 8 lanes; one they cover (144) or barely pad
+    (1000 -> 1008) keeps 16. Intel's AVX-512 and Zen 5 keep 16 (it would halve their FMA rate)."""
     assert tiling.direct_lanes(channels, 16, mcpu) == want
     assert tiling.direct_lanes(channels, 8, mcpu) == 8  # AVX2: never narrower
 
 
-@pytest.mark.parametrize("mcpu, amd", [("znver4", True), ("znver3", True), ("rocketlake", False)])
-def test_the_vendor_comes_from_the_targets_cpu(mcpu, amd, monkeypatch):
-    monkeypatch.setattr(tiling, "host_is_amd", lambda: not amd)  # never asked
-    assert tiling.cpu_is_amd(mcpu) is amd
-    monkeypatch.setattr(tiling, "host_is_amd", lambda: amd)
-    assert tiling.cpu_is_amd("") is amd  # no -mcpu: this machine
+@pytest.mark.parametrize(
+    "mcpu, splits", [("znver4", True), ("znver5", False), ("znver3", False), ("rocketlake", False)]
+)
+def test_the_kind_of_core_comes_from_the_targets_cpu(mcpu, splits, monkeypatch):
+    monkeypatch.setattr(tiling, "host_splits_avx512", lambda: not splits)  # never asked
+    assert tiling.cpu_splits_avx512(mcpu) is splits
+    monkeypatch.setattr(tiling, "host_splits_avx512", lambda: splits)
+    assert tiling.cpu_splits_avx512("") is splits  # no -mcpu: this machine
 
 
 @pytest.mark.parametrize(
-    "mcpu, layouts", [("znver4", ("OHWI8o", "OHWI16o")), ("skylake-avx512", ("OHWI16o",) * 2)]
+    "mcpu, layouts",
+    [
+        ("znver4", ("OHWI8o", "OHWI16o")),
+        ("znver5", ("OHWI16o",) * 2),
+        ("skylake-avx512", ("OHWI16o",) * 2),
+    ],
 )
-def test_the_strategy_packs_a_co_of_24_for_8_lanes_on_amd_avx512_only(mcpu, layouts):
+def test_the_strategy_packs_a_co_of_24_for_8_lanes_on_zen4_only(mcpu, layouts):
     from tvm_fuse import strategy  # pylint: disable=import-outside-toplevel
 
     target = tvm.target.Target(f"llvm -mcpu={mcpu} -num-cores=2")

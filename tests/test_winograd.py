@@ -177,19 +177,23 @@ def test_plan_blocks_small_maps_along_co():
 
 
 @pytest.mark.parametrize(
-    "hw, channels, lanes, amd, want",
+    "hw, channels, lanes, core, want",
     [
-        (56, 64, 8, True, 4),
-        (28, 128, 8, True, 4),
-        (14, 256, 8, True, 2),
-        (7, 512, 8, True, 2),  # the F(4x4) weight (4x the direct one) costs too much to stream
-        (7, 512, 16, False, 0),  # Intel's AVX-512 direct kernel is twice as fast: no Winograd
-        (7, 512, 16, True, 2),  # AMD's retires 8 lanes per FMA pipe, as AVX2 does
-        (56, 3, 8, True, 0),  # too few channels for the transforms to pay
+        (56, 64, 8, "zen3", 4),
+        (28, 128, 8, "zen3", 4),
+        (14, 256, 8, "zen3", 2),
+        (7, 512, 8, "zen3", 2),  # the F(4x4) weight (4x the direct one) costs too much to stream
+        (7, 512, 16, "intel", 0),  # Intel's AVX-512 direct kernel is twice as fast: no Winograd
+        (7, 512, 16, "zen4", 2),  # Zen 4 retires 8 lanes per FMA pipe, as AVX2 does
+        (7, 512, 16, "zen5", 2),  # Zen 5's is twice as fast, and so is its memory
+        (14, 256, 16, "zen5", 2),
+        (28, 128, 16, "zen5", 4),
+        (56, 3, 8, "zen3", 0),  # too few channels for the transforms to pay
     ],
 )
-def test_cost_model_choices_on_resnet_shapes(hw, channels, lanes, amd, want, monkeypatch):
-    monkeypatch.setattr(tiling, "host_is_amd", lambda: amd)
+def test_cost_model_choices_on_resnet_shapes(hw, channels, lanes, core, want, monkeypatch):
+    monkeypatch.setattr(tiling, "host_is_amd", lambda: core != "intel")
+    monkeypatch.setattr(tiling, "host_splits_avx512", lambda: core == "zen4")
     got = winograd_tiling.choose_winograd_tile(1, hw, hw, channels, channels, lanes)
     assert got == want
 
