@@ -280,3 +280,28 @@ def test_native_cpu_is_resolved_on_the_tvmc_path():
     assert fuse_tvmc.resolve_native(["--target=llvm -mcpu=native"]) == [
         f"--target=llvm -mcpu={cpu}"
     ]
+
+
+@pytest.mark.parametrize(
+    "argv, want",
+    [
+        (["tune", "m.onnx"], ["tune", "--tuner", "ga", "m.onnx"]),  # tvmc's xgb cannot run
+        (["tune", "--tuner", "random", "m.onnx"], ["tune", "--tuner", "random", "m.onnx"]),
+        (["tune", "--tuner=grid", "m.onnx"], ["tune", "--tuner=grid", "m.onnx"]),
+        (["compile", "m.onnx"], ["compile", "m.onnx"]),
+    ],
+)
+def test_tvmc_tune_without_xgboost_takes_ga(argv, want, monkeypatch, capsys):
+    monkeypatch.setattr(fuse_tvmc, "default_tuner", lambda: "ga")  # xgboost not importable
+    assert fuse_tvmc.tuner_for_here(argv) == want
+    assert ("--tuner ga" in capsys.readouterr().err) == (want != argv)
+    monkeypatch.setattr(fuse_tvmc, "default_tuner", lambda: "xgb")
+    assert fuse_tvmc.tuner_for_here(argv) == argv  # with xgboost: tvmc's own default
+
+
+@pytest.mark.parametrize("argv", [["tune", "--tuner", "xgb_knob", "m"], ["tune", "--tuner=xgb"]])
+def test_tvmc_tune_refuses_an_xgb_tuner_without_xgboost_in_one_line(argv, monkeypatch, capsys):
+    monkeypatch.setattr(fuse_tvmc, "default_tuner", lambda: "ga")
+    assert cli.main(["tvmc", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "needs xgboost" in err and "--tuner ga" in err, err

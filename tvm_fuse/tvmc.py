@@ -17,7 +17,8 @@ writes is an ordinary tvmc package that the stock ``tvmc run`` runs.
 option stays. ``tune`` finds the fused kernels' tasks (``conv2d_nhwc_fused.x86``) besides the
 stock ones; its records and ``tvm-fuse tune``'s are the same records. :func:`main` runs tvmc
 under the ``--target``'s TVM target, so the pipeline packs the weights for it; it resolves
-``-mcpu=native`` (which TVM's LLVM would turn into ``generic``, no AVX) to this machine's CPU, and
+``-mcpu=native`` (which TVM's LLVM would turn into ``generic``, no AVX) to this machine's CPU,
+tunes with ``--tuner ga`` where tvmc's default, ``xgb``, lacks the xgboost package, and
 gives tvmc's ``tune`` the TVM target where tvmc 0.19 passes the whole composite string to the
 auto-scheduler's hardware parameters (it crashes there otherwise). With the ``tvm_fuse`` target,
 ``compile`` gives the graph executor tvm_fuse's memory plan (``tvm_fuse.memory``) and applies
@@ -45,8 +46,10 @@ from tvm.driver.tvmc.target import target_from_cli
 from . import onnx_compat
 from .dispatch import build_context
 from .api import optimize
+from .errors import UserError
 from .memory.apply import apply_to_factory
 from .tuning.records import chosen_configs, default_indices, read_records
+from .tuning.tuner import INSTALL_XGB, default_tuner
 
 NAME = "tvm_fuse"
 
@@ -166,11 +169,30 @@ def _config_choice():
         yield
 
 
+def tuner_for_here(argv: list[str]) -> list[str]:
+    """``argv`` of a tvmc ``tune`` whose tuner can run here. tvmc's default tuner, ``xgb``,
+    needs the xgboost package; without it, ``--tuner ga`` is added, as ``tvm-fuse tune``
+    chooses (a note on stderr says so), and an explicit ``xgb*`` tuner is refused in one line."""
+    if argv[:1] != ["tune"] or default_tuner() == "xgb":
+        return argv
+    for index, arg in enumerate(argv):
+        name, sep, value = arg.partition("=")
+        if name != "--tuner":
+            continue
+        chosen = value if sep else (argv[index + 1] if index + 1 < len(argv) else "")
+        if chosen.startswith("xgb"):
+            raise UserError(f"--tuner {chosen} needs xgboost: {INSTALL_XGB} (or --tuner ga)")
+        return argv
+    print(f"tvm_fuse.tvmc: xgboost is not installed, so --tuner ga ({INSTALL_XGB} for xgb)",
+          file=sys.stderr)
+    return argv[:1] + ["--tuner", "ga"] + argv[1:]
+
+
 def main(argv=None) -> int:
     """tvmc with tvm_fuse registered: ``main(["compile", ...])``; returns tvmc's exit code."""
     register()
     onnx_compat.install()
-    argv = resolve_native(list(sys.argv[1:] if argv is None else argv))
+    argv = tuner_for_here(resolve_native(list(sys.argv[1:] if argv is None else argv)))
     target, composites = _parsed_target(argv) or (None, [])
     with contextlib.ExitStack() as scope:
         scope.enter_context(build_context())  # TopHub off: a build without records downloads it
