@@ -397,6 +397,15 @@ def tiles_for(spec) -> Tiles:
     )
 
 
+def co_blocks_outside_rows(spec) -> bool:
+    """Whether the direct kernel of ``spec`` (a ``KernelSpec``) splits its parallel loop by Co
+    blocks before rows: where its weight outweighs its input, so that each core streams its
+    half of the weight once rather than all of it for each of its rows."""
+    n, h, w, ci = spec.data.shape
+    kh, kw = spec.kernel_size
+    return kh * kw * ci * spec.out_channels > n * h * w * ci
+
+
 #: Largest padded input the direct kernel pads whole, up front, in a parallel pass by rows;
 #: larger ones are padded row by row inside the kernel's parallel loop. Up front measured 3-10 %
 #: faster on inputs of 0.6-0.9 MB (stem, seed, l1; Zen 4, AVX-512 and AVX2 code), the two equal

@@ -178,13 +178,29 @@ def test_lowered_fast_kernel_is_parallel_and_vectorized(case, flat):
 
 
 @pytest.mark.parametrize(
-    "case, loop", [("rows_w24", "n_h_fused_c_outer"), ("map7_flat_co20", "b_p_outer_fused_cv")]
+    "case, loop",
+    [
+        ("rows_w24", "n_h_fused_c_outer"),  # 8x16 3x3 weights: less than the 24x24x8 input
+        ("rows_co32_w12", "c_outer_outer_n_fused_h"),  # 8x32 3x3 weights: over the 12x12x8 input
+        ("map7_flat_co20", "cv_outer_b_fused_p_outer"),
+    ],
 )
-def test_the_parallel_loop_takes_rows_before_co_blocks(case, loop):
-    """The cores split the map by rows (then Co blocks), as the kernels around this one do."""
+def test_the_parallel_loop_takes_rows_first_unless_the_weight_outweighs_the_input(case, loop):
+    """The cores split the map by rows (then Co blocks), as the kernels around this one do;
+    where the weight is larger than the input, by Co blocks first (each core streams its half
+    of the weight once): ``tiling.co_blocks_outside_rows``."""
     s, args, _ = te_kernel(*TE_CASES[case])
     loops = re.findall(r"for (\w+) in T\.parallel", str(tvm.lower(s, args)))
     assert any(name.startswith(loop) for name in loops), loops
+
+
+@pytest.mark.parametrize("case", ["rows_w24", "rows_co32_w12", "map7_flat_co20"])
+@pytest.mark.parametrize("co_outer", [False, True])
+def test_both_parallel_orders_compute_the_conv(case, co_outer, rng, monkeypatch):
+    monkeypatch.setattr(tiling, "co_blocks_outside_rows", lambda spec: co_outer)
+    loops = check_te_kernel(TE_CASES[case], rng)
+    rows_first = "n_h" if case.startswith("rows") else "b_p"
+    assert any(name.startswith("c" if co_outer else rows_first) for name in loops), loops
 
 
 @pytest.mark.parametrize("case", ["rows_w24", "map7_flat_co20"])

@@ -243,6 +243,22 @@ def test_template_fallback_is_the_tile_model_for_the_benchmark_layers(layer, col
     assert chosen == LAYER_TILES[layer.name, column]
     assert (config["pad_at_row"].val, config["ic_outside"].val) == (0, 0)  # padded up front
     assert config["vec_outer"].val == int(chosen[0] < chosen[1])  # holds the fewer operands
+    # l2-l4: the weight outweighs the input
+    assert config["co_outer"].val == int(layer.name in ("l2", "l3", "l4"))
+
+
+@pytest.mark.parametrize(
+    "data, weight, co_first",
+    [
+        ((1, 7, 7, 512), (1, 1, 512, 2048), True),  # ResNet-50's last stage: 4 MB of weight
+        ((1, 14, 14, 256), (3, 3, 256, 256), True),
+        ((1, 56, 56, 64), (3, 3, 64, 64), False),
+        ((1, 28, 28, 512), (1, 1, 512, 128), False),  # 1.6 MB of input, 256 KB of weight
+        ((16, 14, 14, 256), (3, 3, 256, 256), False),  # batch 16: the input outweighs it
+    ],
+)
+def test_co_blocks_go_outside_rows_where_the_weight_outweighs_the_input(data, weight, co_first):
+    assert tiling.co_blocks_outside_rows(KernelSpec.conv(data, weight)) is co_first
 
 
 @pytest.mark.parametrize(
