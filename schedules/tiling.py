@@ -30,7 +30,7 @@ on Zen 3 a tile streaming its weight slice from L2 still runs near the peak (l3,
 while a tile one register over its 16 costs spills (7 x 2: 40 % slower than 6 x 2); what it
 needs is that the slice stays within L2 (:func:`weights_fit_l2`).
 
-AMD's AVX-512 cores (Zen 4, measured on 2 znver4 cores) do not use the L2 weight model either.
+Zen 4's AVX-512 cores (measured on 2 znver4 cores) do not use the L2 weight model either.
 Timed with AutoTVM's measure (two rounds) against 6 x 4, 5 x 4, 4 x 4, 7 x 2 and 14 x 2, its
 7 x 4 ran 2.9-4.1x slower than 4 x 4 on four ResNet-50 1x1 convs with Ci >= 128, and on the
 layers where the two models differ (seed, the 1x1 512->128 at 28x28, r50_reduce, stem) the base
@@ -177,7 +177,7 @@ class Machine:
     """What the model needs to know of the target."""
 
     lanes: int = 8  # fp32 SIMD lanes (VL)
-    fma_lanes: int = 8  # fp32 lanes an FMA pipe retires per cycle (AMD's AVX-512: 8, see below)
+    fma_lanes: int = 8  # fp32 lanes an FMA pipe retires per cycle (Zen 4's AVX-512: 8, see below)
     vregs: int = 16  # vector registers
     fma_in_flight: int = 10  # FMA latency x FMA ports (4 x 2 on Zen 3/4), plus slack
     l2_weight_model: bool = False  # choose Wo tiles by the L2 weight model (AVX-512)
