@@ -223,7 +223,8 @@ def _tvmc(argv) -> int:
     is not a tvmc package (stock tvmc overwrites anything)."""
     from . import target, tvmc, user_inputs  # pylint: disable=import-outside-toplevel
 
-    flags = _tvmc_flags(argv)
+    spellings = {"-o": "--output", "--output": "--output", "--target": "--target"}
+    flags = tvmc.flags_of(argv, spellings)
     if flags.get("--target", "").replace(" ", "").startswith(target.COMPOSITE_PREFIX):
         target.as_target(flags["--target"], spelled="--target ")
     for index, arg in enumerate(argv):
@@ -234,27 +235,6 @@ def _tvmc(argv) -> int:
         if argv[:1] == ["compile"] and "--output" in flags:
             user_inputs.check_output(flags["--output"], arg, force=None)
     return tvmc.main(argv)
-
-
-class _Flags(dict):
-    """Flag -> value of a tvmc command line, and the indices the values sit at."""
-
-    values_at: set
-
-
-def _tvmc_flags(argv) -> _Flags:
-    """``--target`` and ``--output`` (also ``-o``, ``--flag=value``) of a tvmc command line."""
-    names = {"-o": "--output", "--output": "--output", "--target": "--target"}
-    flags = _Flags()
-    flags.values_at = set()
-    for index, arg in enumerate(argv):
-        name, sep, value = arg.partition("=")
-        if name in names and sep:
-            flags[names[name]] = value
-        elif arg in names and index + 1 < len(argv):
-            flags[names[arg]] = argv[index + 1]
-            flags.values_at.add(index + 1)
-    return flags
 
 
 # -- the parser ------------------------------------------------------------------------------

@@ -169,23 +169,42 @@ def _config_choice():
         yield
 
 
+class Flags(dict):
+    """Flag -> value of a tvmc command line, and the indices the values sit at."""
+
+    values_at: set
+
+
+def flags_of(argv: list[str], spellings: dict[str, str]) -> Flags:
+    """The flags of a tvmc command line that ``spellings`` names (spelling -> flag, e.g.
+    ``{"-o": "--output", "--output": "--output"}``), given as ``--flag value`` or
+    ``--flag=value``; the last one counts, as in tvmc's argparse."""
+    flags = Flags()
+    flags.values_at = set()
+    for index, arg in enumerate(argv):
+        name, sep, value = arg.partition("=")
+        if name in spellings and sep:
+            flags[spellings[name]] = value
+        elif arg in spellings and index + 1 < len(argv):
+            flags[spellings[arg]] = argv[index + 1]
+            flags.values_at.add(index + 1)
+    return flags
+
+
 def tuner_for_here(argv: list[str]) -> list[str]:
     """``argv`` of a tvmc ``tune`` whose tuner can run here. tvmc's default tuner, ``xgb``,
     needs the xgboost package; without it, ``--tuner ga`` is added, as ``tvm-fuse tune``
     chooses (a note on stderr says so), and an explicit ``xgb*`` tuner is refused in one line."""
     if argv[:1] != ["tune"] or default_tuner() == "xgb":
         return argv
-    for index, arg in enumerate(argv):
-        name, sep, value = arg.partition("=")
-        if name != "--tuner":
-            continue
-        chosen = value if sep else (argv[index + 1] if index + 1 < len(argv) else "")
-        if chosen.startswith("xgb"):
-            raise UserError(f"--tuner {chosen} needs xgboost: {INSTALL_XGB} (or --tuner ga)")
-        return argv
-    print(f"tvm_fuse.tvmc: xgboost is not installed, so --tuner ga ({INSTALL_XGB} for xgb)",
-          file=sys.stderr)
-    return argv[:1] + ["--tuner", "ga"] + argv[1:]
+    chosen = flags_of(argv, {"--tuner": "--tuner"}).get("--tuner")
+    if chosen is None and "--tuner" not in argv:  # a bare last --tuner: tvmc's own error
+        print(f"tvm_fuse.tvmc: xgboost is not installed, so --tuner ga ({INSTALL_XGB} for xgb)",
+              file=sys.stderr)
+        return argv[:1] + ["--tuner", "ga"] + argv[1:]
+    if chosen and chosen.startswith("xgb"):
+        raise UserError(f"--tuner {chosen} needs xgboost: {INSTALL_XGB} (or --tuner ga)")
+    return argv
 
 
 def main(argv=None) -> int:
