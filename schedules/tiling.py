@@ -113,11 +113,8 @@ def _host_cpuinfo(field_name: str) -> set[str]:
         text = Path("/proc/cpuinfo").read_text(errors="replace")
     except OSError:
         return set()
-    return {
-        line.split(":", 1)[-1].strip()
-        for line in text.splitlines()
-        if line.split(":", 1)[0].strip() == field_name
-    }
+    fields = (line.partition(":") for line in text.splitlines())
+    return {value.strip() for name, _, value in fields if name.strip() == field_name}
 
 
 @functools.lru_cache(maxsize=None)
@@ -367,9 +364,11 @@ def choose_tiles(
     """
     fits = weights_fit_l2(machine, window * ci)
     streams = weights_overflow_l1(machine, window * ci)
-    flat_streams = streams if machine.flat_streams else lambda ocb: False
-    score, owb, ocb = best_tile(machine, wo, co_vectors, flat_streams, allowed=fits)
-    flat_score, flat_owb, flat_ocb = best_tile(machine, ho * wo, co_vectors, flat_streams, fits)
+    # Wo against flat tiles: compared by the L2 weight model where the machine scores flat
+    # tiles by it too, else by the base model.
+    compared = streams if machine.flat_streams else lambda ocb: False
+    score, owb, ocb = best_tile(machine, wo, co_vectors, compared, allowed=fits)
+    flat_score, flat_owb, flat_ocb = best_tile(machine, ho * wo, co_vectors, compared, fits)
     out_bytes = ho * wo * co_vectors * machine.lanes * 4
     cheap_pass = window > 1 and out_bytes <= machine.l2_bytes
     margin = machine.flat_gain if cheap_pass else FLAT_GAIN
