@@ -43,10 +43,12 @@ strategy never sends those here).
 """
 
 import dataclasses
+import math
 
 from tvm import autotvm, te
 from tvm.autotvm.task.space import OtherOptionEntity, SplitEntity
 
+from .. import lowering
 from ..spec import KernelSpec
 from . import fused_te, packing, tiling
 from .fused_te import CONV_TAG
@@ -201,6 +203,10 @@ def _schedule_register_tile(cfg, s, conv, pixels, channels, outer=()):
     s[conv].unroll(pixels)
     s[conv].unroll(c_vec)
     s[conv].vectorize(c_lane)
+    # the next parallel iteration reads the next group of ocb Co blocks (the packed weight's
+    # outermost axis), or the same one again (rows of a Co block): prefetch the next group
+    block = math.prod(int(d) for d in conv.op.input_tensors[1].shape[1:])
+    lowering.mark(s[conv], rc_in, cfg["ocb"].val * block)
 
 
 def _schedule_rows(cfg, s, out, conv, lanes):

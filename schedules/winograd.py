@@ -25,6 +25,7 @@ import tvm
 from tvm import autotvm, te
 from tvm.autotvm.task.space import OtherOptionEntity
 
+from .. import lowering
 from ..spec import KernelSpec
 from . import winograd_te, winograd_tiling, winograd_weights
 from .te_utils import pad_rows_in_parallel
@@ -191,7 +192,7 @@ def _schedule_block(cfg, s, out, stages):
     s[cols_t].unroll(xx)
     s[cols_t].vectorize(co_l)
 
-    _schedule_gemm(cfg, s, gemm, lanes, tile_co)
+    _schedule_gemm(cfg, s, gemm, lanes, tile_co, chunk)
     s[gemm].compute_at(s[out], block)
     _schedule_input(s, v, rows_t, lanes)
     if cfg["v_root"].val:  # the whole transformed input up front, in its own parallel loop
@@ -203,9 +204,11 @@ def _schedule_block(cfg, s, out, stages):
         pad_rows_in_parallel(s, pad)
 
 
-def _schedule_gemm(cfg, s, gemm, lanes, tile_co):
+def _schedule_gemm(cfg, s, gemm, lanes, tile_co, chunk):
     """The alpha^2 GEMMs of a block: register tiles of tile_p tiles x tile_co vectors, the
-    accumulators in a local cache, the weight slice of a Co block reused across the tiles."""
+    accumulators in a local cache, the weight slice of a Co block reused across the tiles; the
+    slice read next prefetched (``lowering``): the chunk's next tile_co vectors, or the next
+    point's slice where the chunk is one register tile wide."""
     local = s.cache_write(gemm, "local")
     e, nu, b, blk, q, co = s[gemm].op.axis
     co_o, co_l = s[gemm].split(co, lanes)
@@ -220,6 +223,9 @@ def _schedule_gemm(cfg, s, gemm, lanes, tile_co):
     (rc,) = s[local].op.reduce_axis
     lco_v, lco_l = s[local].split(lco, lanes)
     s[local].reorder(rc, ltw, lco_v, lco_l)
+    _, _, co_vectors, ci, _ = (int(d) for d in gemm.op.input_tensors[1].shape)
+    next_slice = tile_co if chunk > tile_co else co_vectors
+    lowering.mark(s[local], rc, next_slice * ci * lanes)
     s[local].unroll(ltw)
     s[local].unroll(lco_v)
     s[local].vectorize(lco_l)

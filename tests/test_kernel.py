@@ -17,7 +17,7 @@ from tvm.contrib import graph_executor
 from tvm.topi.testing import conv2d_nhwc_python, dilate_python
 
 import tvm_fuse
-from tvm_fuse import strategy
+from tvm_fuse import lowering, strategy
 from tvm_fuse.passes.pack import PackWeights
 from tvm_fuse.testing import fused_conv_call
 from tvm_fuse.schedules import conv2d_nhwc_fused as fast
@@ -156,7 +156,8 @@ def check_te_kernel(case, rng):
     """The kernel of a ``TE_CASES`` entry against the NumPy reference; its parallel loops."""
     batch, size, ci, co, kernel, stride, dil, padding = case
     s, args, lanes = te_kernel(*case)
-    func = tvm.build(s, args, host_target())
+    with lowering.lowering_context():  # as tvm_fuse builds it: with the weight prefetch
+        func = tvm.build(s, args, host_target())
     data, weight, bias, _ = make_inputs(rng, batch, size, ci, co, kernel, False, None)
     out = tvm.nd.empty([int(d) for d in args[-1].shape], "float32")
     func(
@@ -201,6 +202,23 @@ def test_both_parallel_orders_compute_the_conv(case, co_outer, rng, monkeypatch)
     loops = check_te_kernel(TE_CASES[case], rng)
     rows_first = "n_h" if case.startswith("rows") else "b_p"
     assert any(name.startswith("c" if co_outer else rows_first) for name in loops), loops
+
+
+@pytest.mark.parametrize("case", ["rows_w24", "rows_co32_w12", "map7_flat_co20"])
+def test_each_ci_step_prefetches_the_next_co_blocks_weight(case):
+    """The parallel loop's next iteration reads the next ocb Co blocks (rows first), or the
+    same ones for its next row (Co blocks first, where this is redundant but the block after
+    comes in time): each Ci step prefetches the weight vectors ocb Co blocks ahead of its own,
+    ocb x Kh x Kw x Ci x VL elements (``lowering``)."""
+    _, _, ci, _, kernel, *_ = TE_CASES[case]
+    s, args, lanes = te_kernel(*TE_CASES[case])
+    with lowering.lowering_context():
+        text = str(tvm.lower(s, args))
+    ahead = re.findall(r"T\.prefetch\(T\.address_of\(weight\w*\[(.*?)\]\), 0, 2, 1\)", text)
+    block = kernel * kernel * ci * lanes  # one Co block's weight
+    ocb = len(ahead)  # one prefetch per weight vector of the step
+    offsets = sorted(int(index.rpartition(" + ")[2]) for index in ahead)
+    assert ocb >= 1 and offsets == [ocb * block + j * block for j in range(ocb)], text
 
 
 @pytest.mark.parametrize("case", ["rows_w24", "map7_flat_co20"])

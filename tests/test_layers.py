@@ -28,6 +28,7 @@ LAYERS = [
     (
         "foundation",
         ["spec", "errors", "target", "ir_utils", "bn_fold", "dispatch", "lazy", "sizes", "backend"]
+        + ["lowering"]
         + ["algorithm_options"]
         + ["relax", "relax.compat"],  # the Relax backend's package and its apache-tvm API
     ),

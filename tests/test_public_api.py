@@ -17,7 +17,8 @@ def test_public_names_are_the_functions_after_every_import():
     for info in pkgutil.walk_packages(tvm_fuse.__path__, "tvm_fuse."):
         if not info.name.endswith("__main__") and backend.importable(info.name):
             importlib.import_module(info.name)
-    for name in ("pipeline", "optimize", "build", "describe", "host_target", "tune"):
+    names = ("pipeline", "optimize", "build", "describe", "host_target", "tune", "lowering_context")
+    for name in names:
         assert callable(getattr(tvm_fuse, name)), name
         assert not isinstance(getattr(tvm_fuse, name), type(tvm_fuse)), name
     for name in ("plan", "liveness", "graph_storage"):

@@ -9,6 +9,7 @@ larger tiles' transforms have larger coefficients (measured on these cases: F(2x
 F(4x4) <= 6e-6).
 """
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +18,7 @@ import tvm
 from test_kernel import host_target, reference
 from tvm import autotvm, relay, te
 
+from tvm_fuse import lowering
 from tvm_fuse.schedules import tiling, winograd, winograd_tiling
 from tvm_fuse.spec import KernelSpec
 from tvm_fuse.schedules import winograd_weights as weights
@@ -99,7 +101,8 @@ def build_kernel(data, weight, bias, residual, padding, activation, m, lanes):
     with host_target():
         out = winograd.compute(spec, **{k: holders.get(k) for k in tensors})
         s = winograd.schedule([out])
-    func = tvm.build(s, list(holders.values()) + [out], host_target())
+    with lowering.lowering_context():  # as tvm_fuse builds it: with the weight prefetch
+        func = tvm.build(s, list(holders.values()) + [out], host_target())
     result = tvm.nd.empty([int(d) for d in out.shape], "float32")
     func(*[tvm.nd.array(tensors[k]) for k in holders], result)
     return result.numpy()
@@ -155,6 +158,31 @@ def test_tuned_configs_stay_correct(knobs, rng):
     assert {k: config[k].val for k in knobs} == knobs
     with autotvm.task.ApplyConfig(config):
         check_case(case, rng)
+
+
+@pytest.mark.parametrize("tile_co, slices_ahead", [(1, 1), (2, 4)])
+def test_the_gemm_prefetches_the_weight_slice_it_reads_next(tile_co, slices_ahead):
+    """Co chunks of two vectors (of four): with one-vector register tiles the slice read next
+    is the chunk's next vector (1 slice of Ci x VL ahead); with two-vector tiles, the next
+    point's, all four Co vectors ahead (``lowering``)."""
+    case = Case(16, 32, hw=(13, 9), m=4)
+    data, weight, bias, _ = make_inputs(np.random.default_rng(0), case)
+    spec = winograd_spec(data, weight, bias, None, case.padding, case.activation, 4, 8)
+    holders = [te.placeholder(a.shape, name=n) for n, a in [("d", data), ("w", weight)]]
+    args = winograd.workload_args(spec, *holders, te.placeholder(bias.shape, name="b"), None)
+    task = autotvm.task.create(
+        winograd.NAME, args=autotvm.task.serialize_args(args), target=host_target()
+    )
+    knobs = dict(tile_p=3, tile_co=tile_co, block_rows=2, co_chunks=2, v_root=1)
+    with host_target():
+        s, arg_bufs = task.instantiate(task.config_space.get(_flat_index(task.config_space, knobs)))
+    with lowering.lowering_context():
+        text = str(tvm.lower(s, arg_bufs))
+    ahead = re.findall(r"T\.prefetch\(T\.address_of\(\w+\[(.*?)\]\), 0, 2, 1\)", text)
+    # the tile's vectors are Ci x VL apart: their prefetches too, from the distance on
+    offsets = sorted(int(index.rpartition(" + ")[2]) for index in ahead)
+    vector = case.ci * 8
+    assert offsets == [slices_ahead * vector + j * vector for j in range(tile_co)], text
 
 
 def _flat_index(space, knobs):

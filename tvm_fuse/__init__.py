@@ -24,6 +24,7 @@ _EXPORTS = {
     "optimize": "api",
     "pipeline": "api",
     "host_target": "target",
+    "lowering_context": "lowering",
     "tune": "tuning",
 }
 __all__ = sorted(_EXPORTS)

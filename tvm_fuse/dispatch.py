@@ -5,7 +5,8 @@ current dispatch context is AutoTVM's root fallback. tvm_fuse never wants them (
 no TopHub entry, and a build must not reach for the network), so every build of ours runs inside
 :func:`build_context`: an ``ApplyHistoryBest`` over the build's checked tuning records, or over
 none. Configs it lacks come from the enclosing context as usual. The caller's ``os.environ``
-(``TOPHUB_LOCATION``) is never touched.
+(``TOPHUB_LOCATION``) is never touched. The same context adds tvm_fuse's TIR pass to the
+lowering (``tvm_fuse.lowering``: the weight prefetch the kernels ask for).
 
 The core does not validate logs itself: the tuning layer registers its checker here
 (:func:`set_records_checker`), so that ``pipeline`` never imports ``tuning``.
@@ -13,9 +14,12 @@ The core does not validate logs itself: the tuning layer registers its checker h
 
 from __future__ import annotations
 
+import contextlib
 from typing import Callable
 
 from tvm import autotvm
+
+from . import lowering
 
 #: ``checker(path, target) -> records``: set by ``tvm_fuse.tuning`` when it is imported.
 _records_checker: Callable | None = None
@@ -37,6 +41,9 @@ def checked_records(path, target) -> list | None:
     return _records_checker(path, target)
 
 
-def build_context(records=None) -> autotvm.task.DispatchContext:
-    """The dispatch context to build in: ``records`` (already checked) applied, TopHub off."""
-    return autotvm.task.ApplyHistoryBest(records or [])
+@contextlib.contextmanager
+def build_context(records=None):
+    """The context to build in: ``records`` (already checked) applied, TopHub off, and the
+    current PassContext with tvm_fuse's lower pass (``lowering.lowering_context``)."""
+    with lowering.lowering_context(), autotvm.task.ApplyHistoryBest(records or []) as dispatch:
+        yield dispatch

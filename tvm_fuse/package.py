@@ -27,7 +27,7 @@ from .api import describe
 from .memory.apply import apply_to_package
 from .progress import Progress
 from .spec import KernelSpec
-from .tvmc import pass_pipeline
+from .tvmc import lowering_in_build, pass_pipeline
 from .tuning.records import RecordsError, check_records
 
 #: Loggers that warn once per conv about TVM's own untuned schedules: noise for a user.
@@ -97,7 +97,8 @@ def compile_onnx(
             kernels = describe(optimized)
         with progress.stage(f"building for {llvm} ({len(kernels)} fused kernels)"):
             built = os.path.join(scratch, Path(output).name)
-            with dispatch.build_context():  # tvmc's build would consult TopHub without records
+            # TopHub off (tvmc's build would consult it without records), the weight prefetch on
+            with dispatch.build_context(), lowering_in_build():
                 compiler.compile_model(
                     TVMCModel(optimized, {}), str(llvm), tuning_records=records, package_path=built
                 )

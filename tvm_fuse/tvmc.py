@@ -21,7 +21,8 @@ under the ``--target``'s TVM target, so the pipeline packs the weights for it; i
 tunes with ``--tuner ga`` where tvmc's default, ``xgb``, lacks the xgboost package, and
 gives tvmc's ``tune`` the TVM target where tvmc 0.19 passes the whole composite string to the
 auto-scheduler's hardware parameters (it crashes there otherwise). With the ``tvm_fuse`` target,
-``compile`` gives the graph executor tvm_fuse's memory plan (``tvm_fuse.memory``) and applies
+``compile`` builds with tvm_fuse's lower pass (``tvm_fuse.lowering``), gives the graph executor
+tvm_fuse's memory plan (``tvm_fuse.memory``) and applies
 ``--tuning-records`` by tvm_fuse's rule (each workload's config of lowest median time, the
 analytic default kept unless that is clearly faster: ``tuning.records``), as ``tvm_fuse.build``
 does. The composite target takes no options of its own: ``--target "tvm_fuse -x=1, llvm"`` is
@@ -47,6 +48,7 @@ from . import onnx_compat
 from .dispatch import build_context
 from .api import optimize
 from .errors import UserError
+from .lowering import lowering_context
 from .memory.apply import apply_to_factory
 from .tuning.records import chosen_configs, default_indices, read_records
 from .tuning.tuner import INSTALL_XGB, default_tuner
@@ -140,6 +142,20 @@ def _memory_plan():
 
 
 @contextlib.contextmanager
+def lowering_in_build():
+    """tvmc's ``compile`` builds inside a PassContext of its own, which lacks tvm_fuse's lower
+    pass (the weight prefetch, ``tvm_fuse.lowering``): its ``compiler.build`` gets it back."""
+    stock = compiler.build
+
+    def build(*args, **kwargs):
+        with lowering_context():
+            return stock(*args, **kwargs)
+
+    with mock.patch.object(compiler, "build", build):
+        yield
+
+
+@contextlib.contextmanager
 def _tvm_target_for_hardware_params():
     """tvmc 0.19's ``tune`` builds the auto-scheduler's ``HardwareParams`` from the raw
     ``--target`` string, which fails for every composite target; give it the TVM target."""
@@ -220,6 +236,7 @@ def main(argv=None) -> int:
             scope.enter_context(target)
         if NAME in composites:
             scope.enter_context(_memory_plan())
+            scope.enter_context(lowering_in_build())
             scope.enter_context(_config_choice())
         # tvmc's ``main()`` reads sys.argv and exits; ``_main(argv)`` is the same without that.
         code = tvmc_main._main(argv)  # pylint: disable=protected-access  (argv-taking entry)

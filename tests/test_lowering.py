@@ -1,0 +1,159 @@
+"""tvm_fuse.lowering: the weight prefetch a kernel asks for with a pragma, and where it runs.
+
+A toy kernel stands in for the fused ones (``tests/test_kernel.py`` and ``test_winograd.py``
+check theirs): ``out[i, :] = sum_k a[i, k] * w[k, :]`` with ``w`` read as vectors and ``a``
+broadcast, the way the conv kernels read their weight and input.
+"""
+
+import re
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relay, te
+
+import tvm_fuse
+from tvm_fuse import lowering, onnx_example, package
+from tvm_fuse import tvmc as fuse_tvmc
+
+pytestmark = pytest.mark.llvm
+
+ROWS, DEPTH, LANES = 8, 32, 16
+PREFETCH = re.compile(r"T\.prefetch\(T\.address_of\((\w+)\[(.*?)\]\), 0, 2, 1\)")
+
+
+def host_target():
+    return tvm.target.Target(f"llvm -mcpu={tvm.target.codegen.llvm_get_system_cpu()}")
+
+
+def toy_kernel(tile_rows: int, distance: int):
+    """(schedule, args): rows of ``tile_rows`` accumulator vectors per step of k, k marked."""
+    a = te.placeholder((ROWS, DEPTH), name="a")
+    w = te.placeholder((DEPTH, LANES), name="w")
+    k = te.reduce_axis((0, DEPTH), name="k")
+    out = te.compute((ROWS, LANES), lambda i, j: te.sum(a[i, k] * w[k, j], axis=k), name="out")
+    s = te.create_schedule(out.op)
+    acc = s.cache_write(out, "local")
+    i, _ = s[out].op.axis
+    i_outer, _ = s[out].split(i, tile_rows)
+    s[acc].compute_at(s[out], i_outer)
+    ai, aj = s[acc].op.axis
+    (ak,) = s[acc].op.reduce_axis
+    s[acc].reorder(ak, ai, aj)
+    s[acc].unroll(ai)
+    s[acc].vectorize(aj)
+    lowering.mark(s[acc], ak, distance)
+    return s, [a, w, out]
+
+
+def lowered(s, args) -> str:
+    with lowering.lowering_context():
+        return str(tvm.lower(s, args))
+
+
+def run(func, rng):
+    a = rng.standard_normal((ROWS, DEPTH)).astype("float32")
+    w = rng.standard_normal((DEPTH, LANES)).astype("float32")
+    out = tvm.nd.empty((ROWS, LANES), "float32")
+    func(tvm.nd.array(a), tvm.nd.array(w), out)
+    return out.numpy(), a.astype("float64") @ w.astype("float64")
+
+
+def test_each_step_prefetches_its_weight_vector_the_distance_ahead():
+    text = lowered(*toy_kernel(tile_rows=4, distance=96))
+    prefetches = PREFETCH.findall(text)
+    # one per weight vector of the step (w[k], read by every row of the tile), none for the
+    # broadcast input or the accumulators
+    assert [buffer.split("_")[0] for buffer, _ in prefetches] == ["w"], text
+    ((buffer, index),) = prefetches
+    base, _, ahead = index.rpartition(" + ")
+    assert ahead == "96" and f"{buffer}[{base}:{base} + 16]" in text, prefetches  # the load's
+    assert "pragma_" not in text  # the marks are gone
+
+
+def test_the_marked_loops_accumulators_stay_on_the_stack():
+    """TVM puts an allocation over 1 KB (a conv's 14 x 2 vector tile: 1.8 KB) in a heap
+    workspace, where LLVM would store the accumulators at every step beside a prefetch."""
+    text = lowered(*toy_kernel(tile_rows=8, distance=16))
+    kept = re.findall(r'T\.allocate\(.*"local", annotations=\{"disable_lower_builtin"', text)
+    assert len(kept) == 1, text
+
+
+def test_without_the_pass_the_mark_does_nothing(rng):
+    s, args = toy_kernel(tile_rows=4, distance=LANES)
+    assert "T.prefetch" not in str(tvm.lower(s, args))
+    got, want = run(tvm.build(s, args, host_target()), rng)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_prefetching_kernel_computes_the_same(rng):
+    """Prefetches past the end of ``w`` (the last steps') are hints: no fault, no change."""
+    s, args = toy_kernel(tile_rows=4, distance=DEPTH * LANES)
+    with lowering.lowering_context():
+        func = tvm.build(s, args, host_target())
+    assert "llvm.prefetch" in func.get_source("ll")
+    got, want = run(func, rng)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_context_keeps_the_callers_settings_and_passes():
+    @tvm.tir.transform.prim_func_pass(opt_level=0)
+    def users_pass(func, _mod, _ctx):
+        return func
+
+    config = {"tir.add_lower_pass": [(1, users_pass)], "tir.disable_vectorize": True}
+    with tvm.transform.PassContext(opt_level=2, config=config, disabled_pass=["FoldScaleAxis"]):
+        with lowering.lowering_context(), lowering.lowering_context():  # nested: added once
+            current = tvm.transform.PassContext.current()
+            passes = [(int(phase), p) for phase, p in current.config["tir.add_lower_pass"]]
+    assert current.opt_level == 2 and list(current.disabled_pass) == ["FoldScaleAxis"]
+    assert bool(current.config["tir.disable_vectorize"])
+    assert [phase for phase, _ in passes] == [1, 2]
+    assert passes[0][1].same_as(users_pass) and passes[1][1].same_as(lowering.prefetch_weights)
+
+
+def small_model():
+    data = relay.var("data", shape=(1, 32, 7, 7))
+    weight = relay.const(np.random.default_rng(0).standard_normal((64, 32, 1, 1)).astype("float32"))
+    out = relay.nn.relu(relay.nn.conv2d(data, weight, channels=64, kernel_size=(1, 1)))
+    return tvm.IRModule.from_expr(relay.Function([data], out))
+
+
+def test_tvm_fuse_build_prefetches_and_a_plain_relay_build_does_not():
+    target = host_target()
+    lib = tvm_fuse.build(small_model(), target=target)
+    assert "llvm.prefetch" in lib.get_lib().get_source("ll")
+    with tvm.transform.PassContext(opt_level=3):
+        plain = relay.build(tvm_fuse.optimize(small_model(), target=target), target=target)
+    assert "llvm.prefetch" not in plain.get_lib().get_source("ll")
+
+
+def recording_build(monkeypatch) -> list:
+    """``compiler.build`` (tvmc's) replaced by one that records the lower passes it sees."""
+    seen, stock = [], fuse_tvmc.compiler.build
+
+    def build(*args, **kwargs):
+        passes = tvm.transform.PassContext.current().config.get("tir.add_lower_pass", [])
+        seen.append([p.same_as(lowering.prefetch_weights) for _, p in passes])
+        return stock(*args, **kwargs)
+
+    monkeypatch.setattr(fuse_tvmc.compiler, "build", build)
+    return seen
+
+
+def test_tvmc_compile_with_the_tvm_fuse_target_builds_with_the_pass(monkeypatch, tmp_path):
+    """tvmc's compile builds inside a PassContext of its own; ``tvm_fuse.tvmc`` adds the pass
+    there."""
+    seen = recording_build(monkeypatch)
+    model = onnx_example.residual_block(tmp_path / "block.onnx")
+    target = f"tvm_fuse, llvm -mcpu={tvm.target.codegen.llvm_get_system_cpu()}"
+    argv = ["compile", "--target", target, "-o", str(tmp_path / "m.tar"), model]
+    assert fuse_tvmc.main(argv) == 0
+    assert seen == [[True]]
+
+
+def test_tvm_fuse_compile_builds_with_the_pass(monkeypatch, tmp_path):
+    seen = recording_build(monkeypatch)
+    model = onnx_example.residual_block(tmp_path / "block.onnx")
+    package.compile_onnx(model, str(tmp_path / "m.tar"))
+    assert seen == [[True]]
