@@ -1,6 +1,6 @@
 """The TIR pass tvm_fuse adds to TVM's lowering: weight prefetch where a kernel asks for it.
 
-A whole model's weights (ResNet-50: 130 MB packed) do not stay in cache from one run to the
+A whole model's weights (ResNet-50: 144 MB packed) do not stay in cache from one run to the
 next, so each kernel reads its weight from memory once, as it computes: the first output row
 (or tile) of a group of Co blocks waits on memory while the FMA units idle, and the other rows
 reuse the group's slice from cache. The two do not overlap. A kernel's schedule marks its
@@ -9,8 +9,8 @@ elements, lies the slice its next parallel iteration reads; :func:`prefetch_weig
 each step of that loop a prefetch (into L2) of every weight vector the step loads, that far
 ahead, so the next slice arrives while this one is computed. On Zen 5 (2 cores) a chain of 128
 convs 1x1 512->512 on 7x7, weights from memory, ran at 58-59 us per conv instead of 71-72 (57
-with the weights in cache); ResNet-50 in 0.95x the time (interleaved with ONNX Runtime, 15
-rounds), ResNet-18 and MobileNet-v2 in 0.98x; AVX2 code on the same machine the same.
+with the weights in cache); ResNet-50 in 0.95-0.96x the time (interleaved with ONNX Runtime,
+15 rounds), ResNet-18 and MobileNet-v2 in 0.98x; AVX2 code on the same machine the same.
 
 Prefetches are hints: they never fault and never change a result, so an address past the end
 of the weight (the last group's) is harmless. The pass only runs where the PassContext lists it
