@@ -205,8 +205,9 @@ def _schedule_register_tile(cfg, s, conv, pixels, channels, outer=()):
     s[conv].vectorize(c_lane)
     # the next parallel iteration reads the next group of ocb Co blocks (the packed weight's
     # outermost axis), or the same one again (rows of a Co block): prefetch the next group
-    block = math.prod(int(d) for d in conv.op.input_tensors[1].shape[1:])
-    lowering.mark(s[conv], rc_in, cfg["ocb"].val * block)
+    group = cfg["ocb"].val * math.prod(int(d) for d in conv.op.input_tensors[1].shape[1:])
+    if tiling.prefetches_next_slice(group):
+        lowering.mark(s[conv], rc_in, group)
 
 
 def _schedule_rows(cfg, s, out, conv, lanes):

@@ -405,6 +405,14 @@ def co_blocks_outside_rows(spec) -> bool:
     return kh * kw * ci * spec.out_channels > n * h * w * ci
 
 
+def prefetches_next_slice(values: int) -> bool:
+    """Whether a kernel that computes from a weight slice of ``values`` (float32) prefetches the
+    next one into L2 meanwhile (``tvm_fuse.lowering``): where both fit in L2. A 3x3x512 conv's
+    590 KB slices did not fit twice in Zen 5's 1 MiB: each prefetch pushed out the slice being
+    reread for every output row, and the stride-2 7x7x512 conv ran 1.33x as long."""
+    return 2 * values * 4 <= host_l2_bytes()
+
+
 #: Largest padded input the direct kernel pads whole, up front, in a parallel pass by rows;
 #: larger ones are padded row by row inside the kernel's parallel loop. Up front measured 3-10 %
 #: faster on inputs of 0.6-0.9 MB (stem, seed, l1; Zen 4, AVX-512 and AVX2 code), the two equal

@@ -27,7 +27,7 @@ from tvm.autotvm.task.space import OtherOptionEntity
 
 from .. import lowering
 from ..spec import KernelSpec
-from . import winograd_te, winograd_tiling, winograd_weights
+from . import tiling, winograd_te, winograd_tiling, winograd_weights
 from .te_utils import pad_rows_in_parallel
 
 NAME = "conv2d_nhwc_winograd.x86"
@@ -224,8 +224,9 @@ def _schedule_gemm(cfg, s, gemm, lanes, tile_co, chunk):
     lco_v, lco_l = s[local].split(lco, lanes)
     s[local].reorder(rc, ltw, lco_v, lco_l)
     _, _, co_vectors, ci, _ = (int(d) for d in gemm.op.input_tensors[1].shape)
-    next_slice = tile_co if chunk > tile_co else co_vectors
-    lowering.mark(s[local], rc, next_slice * ci * lanes)
+    ahead = (tile_co if chunk > tile_co else co_vectors) * ci * lanes
+    if tiling.prefetches_next_slice(tile_co * ci * lanes):
+        lowering.mark(s[local], rc, ahead)
     s[local].unroll(ltw)
     s[local].unroll(lco_v)
     s[local].vectorize(lco_l)

@@ -221,6 +221,14 @@ def test_each_ci_step_prefetches_the_next_co_blocks_weight(case):
     assert ocb >= 1 and offsets == [ocb * block + j * block for j in range(ocb)], text
 
 
+def test_no_prefetch_where_two_weight_slices_overflow_l2(monkeypatch):
+    """``tiling.prefetches_next_slice``: the prefetched slice would push out the one in use."""
+    monkeypatch.setattr(tiling, "host_l2_bytes", lambda: 1024)
+    s, args, _ = te_kernel(*TE_CASES["rows_co32_w12"])
+    with lowering.lowering_context():
+        assert "T.prefetch" not in str(tvm.lower(s, args))
+
+
 @pytest.mark.parametrize("case", ["rows_w24", "map7_flat_co20"])
 def test_a_padded_conv_pads_its_input_up_front_by_rows(case):
     """One parallel pass pads the whole input (i0_i1: N, H) before the conv's parallel loop."""

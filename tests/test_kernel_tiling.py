@@ -319,3 +319,16 @@ def test_the_strategy_packs_a_co_of_24_for_8_lanes_on_zen4_only(mcpu, layouts):
     for co, layout in zip((24, 144), layouts):
         spec = KernelSpec.conv((1, 56, 56, 144), (1, 1, 144, co))
         assert strategy.preferred_spec(spec, target).weight.layout == layout
+
+
+@pytest.mark.parametrize(
+    "values, prefetches",
+    [
+        (3 * 3 * 512 * 32, False),  # 3x3x512, two Co vectors of 16: 590 KB, twice over 1 MiB
+        (3 * 3 * 256 * 32, True),  # 295 KB
+        (2048 * 32, True),  # 1x1x2048: 262 KB
+    ],
+)
+def test_the_next_weight_slice_is_prefetched_where_two_fit_in_l2(values, prefetches, monkeypatch):
+    monkeypatch.setattr(tiling, "host_l2_bytes", lambda: 1024 * 1024)
+    assert tiling.prefetches_next_slice(values) is prefetches

@@ -7,7 +7,8 @@ reuse the group's slice from cache. The two do not overlap. A kernel's schedule 
 reduction loop with :data:`PRAGMA` (:func:`mark`), whose value is how far ahead, in weight
 elements, lies the slice its next parallel iteration reads; :func:`prefetch_weights` puts before
 each step of that loop a prefetch (into L2) of every weight vector the step loads, that far
-ahead, so the next slice arrives while this one is computed. On Zen 5 (2 cores) a chain of 128
+ahead, so the next slice arrives while this one is computed. Kernels mark the loop only where
+two slices fit in L2 (``schedules.tiling.prefetches_next_slice``). On Zen 5 (2 cores) a chain of 128
 convs 1x1 512->512 on 7x7, weights from memory, ran at 58-59 us per conv instead of 71-72 (57
 with the weights in cache); ResNet-50 in 0.95-0.96x the time (interleaved with ONNX Runtime,
 15 rounds), ResNet-18 and MobileNet-v2 in 0.98x; AVX2 code on the same machine the same.
