@@ -155,8 +155,8 @@ def test_te_kernel_matches_numpy(case, rng):
 def check_te_kernel(case, rng):
     """The kernel of a ``TE_CASES`` entry against the NumPy reference; its parallel loops."""
     batch, size, ci, co, kernel, stride, dil, padding = case
-    s, args, lanes = te_kernel(*case)
     with lowering.lowering_context():  # as tvm_fuse builds it: with the weight prefetch
+        s, args, lanes = te_kernel(*case)
         func = tvm.build(s, args, host_target())
     data, weight, bias, _ = make_inputs(rng, batch, size, ci, co, kernel, False, None)
     out = tvm.nd.empty([int(d) for d in args[-1].shape], "float32")
@@ -211,8 +211,8 @@ def test_each_ci_step_prefetches_the_next_co_blocks_weight(case):
     comes in time): each Ci step prefetches the weight vectors ocb Co blocks ahead of its own,
     ocb x Kh x Kw x Ci x VL elements (``lowering``)."""
     _, _, ci, _, kernel, *_ = TE_CASES[case]
-    s, args, lanes = te_kernel(*TE_CASES[case])
     with lowering.lowering_context():
+        s, args, lanes = te_kernel(*TE_CASES[case])
         text = str(tvm.lower(s, args))
     ahead = re.findall(r"T\.prefetch\(T\.address_of\(weight\w*\[(.*?)\]\), 0, 2, 1\)", text)
     block = kernel * kernel * ci * lanes  # one Co block's weight
@@ -224,8 +224,8 @@ def test_each_ci_step_prefetches_the_next_co_blocks_weight(case):
 def test_no_prefetch_where_two_weight_slices_overflow_l2(monkeypatch):
     """``tiling.prefetches_next_slice``: the prefetched slice would push out the one in use."""
     monkeypatch.setattr(tiling, "host_l2_bytes", lambda: 1024)
-    s, args, _ = te_kernel(*TE_CASES["rows_co32_w12"])
     with lowering.lowering_context():
+        s, args, _ = te_kernel(*TE_CASES["rows_co32_w12"])
         assert "T.prefetch" not in str(tvm.lower(s, args))
 
 

@@ -46,9 +46,10 @@ def toy_kernel(tile_rows: int, distance: int):
     return s, [a, w, out]
 
 
-def lowered(s, args) -> str:
+def lowered(tile_rows: int, distance: int) -> str:
+    """The toy kernel scheduled and lowered inside ``lowering_context``, as tvm_fuse builds."""
     with lowering.lowering_context():
-        return str(tvm.lower(s, args))
+        return str(tvm.lower(*toy_kernel(tile_rows, distance)))
 
 
 def run(func, rng):
@@ -60,7 +61,7 @@ def run(func, rng):
 
 
 def test_each_step_prefetches_its_weight_vector_the_distance_ahead():
-    text = lowered(*toy_kernel(tile_rows=4, distance=96))
+    text = lowered(tile_rows=4, distance=96)
     prefetches = PREFETCH.findall(text)
     # one per weight vector of the step (w[k], read by every row of the tile), none for the
     # broadcast input or the accumulators
@@ -74,13 +75,25 @@ def test_each_step_prefetches_its_weight_vector_the_distance_ahead():
 def test_the_marked_loops_accumulators_stay_on_the_stack():
     """TVM puts an allocation over 1 KB (a conv's 14 x 2 vector tile: 1.8 KB) in a heap
     workspace, where LLVM would store the accumulators at every step beside a prefetch."""
-    text = lowered(*toy_kernel(tile_rows=8, distance=16))
+    text = lowered(tile_rows=8, distance=16)
     kept = re.findall(r'T\.allocate\(.*"local", annotations=\{"disable_lower_builtin"', text)
     assert len(kept) == 1, text
 
 
-def test_without_the_pass_the_mark_does_nothing(rng):
+def test_without_the_pass_there_is_no_mark(rng):
+    """Outside ``lowering_context`` (a plain relay.build, AutoTVM's builder) a kernel does not
+    mark its loop: LLVM's codegen would warn about an unknown pragma for every kernel."""
     s, args = toy_kernel(tile_rows=4, distance=LANES)
+    assert "T.prefetch" not in str(tvm.lower(s, args))
+    assert "pragma" not in str(tvm.lower(s, args, simple_mode=True))
+    got, want = run(tvm.build(s, args, host_target()), rng)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_mark_made_outside_the_pass_is_only_ignored(rng):
+    """A schedule marked inside ``lowering_context`` but built outside it computes the same."""
+    with lowering.lowering_context():
+        s, args = toy_kernel(tile_rows=4, distance=LANES)
     assert "T.prefetch" not in str(tvm.lower(s, args))
     got, want = run(tvm.build(s, args, host_target()), rng)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
@@ -88,9 +101,8 @@ def test_without_the_pass_the_mark_does_nothing(rng):
 
 def test_the_prefetching_kernel_computes_the_same(rng):
     """Prefetches past the end of ``w`` (the last steps') are hints: no fault, no change."""
-    s, args = toy_kernel(tile_rows=4, distance=DEPTH * LANES)
     with lowering.lowering_context():
-        func = tvm.build(s, args, host_target())
+        func = tvm.build(*toy_kernel(tile_rows=4, distance=DEPTH * LANES), host_target())
     assert "llvm.prefetch" in func.get_source("ll")
     got, want = run(func, rng)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

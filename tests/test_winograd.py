@@ -98,10 +98,9 @@ def build_kernel(data, weight, bias, residual, padding, activation, m, lanes):
         "residual": residual,
     }
     holders = {k: te.placeholder(v.shape, name=k) for k, v in tensors.items() if v is not None}
-    with host_target():
+    with lowering.lowering_context(), host_target():  # as tvm_fuse builds it: with the prefetch
         out = winograd.compute(spec, **{k: holders.get(k) for k in tensors})
         s = winograd.schedule([out])
-    with lowering.lowering_context():  # as tvm_fuse builds it: with the weight prefetch
         func = tvm.build(s, list(holders.values()) + [out], host_target())
     result = tvm.nd.empty([int(d) for d in out.shape], "float32")
     func(*[tvm.nd.array(tensors[k]) for k in holders], result)
@@ -174,9 +173,8 @@ def test_the_gemm_prefetches_the_weight_slice_it_reads_next(tile_co, slices_ahea
         winograd.NAME, args=autotvm.task.serialize_args(args), target=host_target()
     )
     knobs = dict(tile_p=3, tile_co=tile_co, block_rows=2, co_chunks=2, v_root=1)
-    with host_target():
+    with lowering.lowering_context(), host_target():
         s, arg_bufs = task.instantiate(task.config_space.get(_flat_index(task.config_space, knobs)))
-    with lowering.lowering_context():
         text = str(tvm.lower(s, arg_bufs))
     ahead = re.findall(r"T\.prefetch\(T\.address_of\(\w+\[(.*?)\]\), 0, 2, 1\)", text)
     # the tile's vectors are Ci x VL apart: their prefetches too, from the distance on

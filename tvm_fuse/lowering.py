@@ -17,9 +17,9 @@ Prefetches are hints: they never fault and never change a result, so an address 
 of the weight (the last group's) is harmless. The pass only runs where the PassContext lists it
 (``tir.add_lower_pass``): every build tvm_fuse runs enters :func:`lowering_context`
 (``dispatch.build_context``, and ``tvm_fuse.tvmc`` inside tvmc's own PassContext); a plain
-``relay.build`` outside it leaves the pragma alone and builds the same kernels without the
-prefetch. AutoTVM measures its candidates without it too: it changes little with the weights
-warm in cache, as they are while a kernel is tuned.
+``relay.build`` outside it builds the same kernels without the prefetch (a kernel marks its loop
+only where the pass will run: :func:`mark`). AutoTVM measures its candidates without it too: it
+changes little with the weights warm in cache, as they are while a kernel is tuned.
 """
 
 from __future__ import annotations
@@ -48,8 +48,11 @@ _PHASE = 2
 
 def mark(stage, axis, distance: int) -> None:
     """Ask for the weight vectors of ``stage``'s loop ``axis`` to be prefetched ``distance``
-    elements ahead (the slice the next parallel iteration reads)."""
-    stage.pragma(axis, PRAGMA, int(distance))
+    elements ahead (the slice the next parallel iteration reads), where the current PassContext
+    runs :func:`prefetch_weights`. Elsewhere (a plain ``relay.build``, AutoTVM's builder) the
+    mark would only be an unknown pragma to LLVM's codegen, a warning per kernel."""
+    if _listed(tvm.transform.PassContext.current().config):
+        stage.pragma(axis, PRAGMA, int(distance))
 
 
 def _weight_loads(step: tir.Stmt) -> list[tir.BufferLoad]:
@@ -154,11 +157,17 @@ def prefetch_weights(func, _mod, _ctx):
     return func.with_body(transform(body, None, _rewrite, ["tir.AttrStmt"]))
 
 
+def _listed(config) -> bool:
+    """Whether :func:`prefetch_weights` is among the lower passes of ``config`` (a
+    PassContext's)."""
+    return any(p.same_as(prefetch_weights) for _, p in config.get("tir.add_lower_pass", []))
+
+
 def with_lowering(config: dict) -> dict:
     """``config`` (a PassContext's) with :func:`prefetch_weights` among its lower passes."""
-    passes = list(config.get("tir.add_lower_pass", []))
-    if not any(p.same_as(prefetch_weights) for _, p in passes):
-        passes.append((_PHASE, prefetch_weights))
+    if _listed(config):
+        return config
+    passes = [*config.get("tir.add_lower_pass", []), (_PHASE, prefetch_weights)]
     return {**config, "tir.add_lower_pass": passes}
 
 
