@@ -20,6 +20,7 @@ from . import op as fused_op
 from . import strategy  # noqa: F401  (registers the kernels the fused calls build with)
 from .algorithm_options import check_options
 from .ir_utils import relay_functions
+from .lowering import pass_context_like
 from .memory.apply import apply_to_factory, check_mode as check_memory_mode
 from .errors import UserError
 from .params import BindParams, WarnComputedWeights, bind_main, require_no_free_vars
@@ -75,13 +76,7 @@ def _pass_context() -> tvm.transform.PassContext:
     current = tvm.transform.PassContext.current()
     if current.opt_level >= OPT_LEVEL:
         return current
-    return tvm.transform.PassContext(
-        opt_level=OPT_LEVEL,
-        required_pass=list(current.required_pass),
-        disabled_pass=list(current.disabled_pass),
-        instruments=list(current.instruments),
-        config=dict(current.config),
-    )
+    return pass_context_like(current, opt_level=OPT_LEVEL)
 
 
 def _as_module(mod) -> tvm.IRModule:

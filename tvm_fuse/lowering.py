@@ -55,16 +55,23 @@ def mark(stage, axis, distance: int) -> None:
         stage.pragma(axis, PRAGMA, int(distance))
 
 
+def _stored(stmt: tir.Stmt) -> set:
+    """The buffers (data vars) ``stmt`` stores to."""
+    stored = set()
+    tir.stmt_functor.post_order_visit(
+        stmt, lambda n: stored.add(n.buffer.data) if isinstance(n, tir.BufferStore) else None
+    )
+    return stored
+
+
 def _weight_loads(step: tir.Stmt) -> list[tir.BufferLoad]:
     """The vector loads of ``step`` from buffers it does not store to (the accumulators are
     loaded and stored; the input is loaded as scalars and broadcast): the weight's, one per
     address."""
-    stored, loads, seen = set(), [], set()
+    stored, loads, seen = _stored(step), [], set()
 
     def visit(node):
-        if isinstance(node, tir.BufferStore):
-            stored.add(node.buffer.data)
-        elif isinstance(node, tir.BufferLoad) and isinstance(node.indices[-1], tir.Ramp):
+        if isinstance(node, tir.BufferLoad) and isinstance(node.indices[-1], tir.Ramp):
             loads.append(node)
 
     tir.stmt_functor.post_order_visit(step, visit)
@@ -113,10 +120,7 @@ def _stored_in_marked_loops(body: tir.Stmt) -> set:
 
     def visit(node):
         if isinstance(node, tir.AttrStmt) and node.attr_key == _ATTR_KEY:
-            tir.stmt_functor.post_order_visit(
-                node.body,
-                lambda n: stored.add(n.buffer.data) if isinstance(n, tir.BufferStore) else None,
-            )
+            stored.update(_stored(node.body))
 
     tir.stmt_functor.post_order_visit(body, visit)
     return stored
@@ -171,15 +175,24 @@ def with_lowering(config: dict) -> dict:
     return {**config, "tir.add_lower_pass": passes}
 
 
+def pass_context_like(
+    context: tvm.transform.PassContext, opt_level: int | None = None, config: dict | None = None
+) -> tvm.transform.PassContext:
+    """A PassContext with everything of ``context`` (required and disabled passes,
+    instruments) but the ``opt_level`` and ``config`` given, so that tvm_fuse's changes to a
+    caller's context drop none of its settings."""
+    return tvm.transform.PassContext(
+        opt_level=context.opt_level if opt_level is None else opt_level,
+        required_pass=list(context.required_pass),
+        disabled_pass=list(context.disabled_pass),
+        instruments=list(context.instruments),
+        config=dict(context.config) if config is None else config,
+    )
+
+
 @contextlib.contextmanager
 def lowering_context():
     """The current PassContext, everything kept, with tvm_fuse's lower pass added."""
     current = tvm.transform.PassContext.current()
-    with tvm.transform.PassContext(
-        opt_level=current.opt_level,
-        required_pass=list(current.required_pass),
-        disabled_pass=list(current.disabled_pass),
-        instruments=list(current.instruments),
-        config=with_lowering(dict(current.config)),
-    ) as context:
+    with pass_context_like(current, config=with_lowering(dict(current.config))) as context:
         yield context

@@ -32,6 +32,7 @@ refused.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import sys
@@ -129,30 +130,28 @@ def _parsed_target(argv: list[str]):
 
 
 @contextlib.contextmanager
-def _memory_plan():
-    """tvmc's ``compile`` builds with its own ``compiler.build``: the graph executor it returns
-    gets tvm_fuse's memory plan where that is smaller than TVM's, as from ``tvm_fuse.build``."""
-    stock = compiler.build
-
-    def build(*args, **kwargs):
-        return apply_to_factory(stock(*args, **kwargs))
-
-    with mock.patch.object(compiler, "build", build):
+def _around_compiler_build(around):
+    """tvmc's ``compile`` builds with its own ``compiler.build``: it runs as
+    ``around(build, *args, **kwargs)`` instead, ``build`` being the one in place before."""
+    with mock.patch.object(compiler, "build", functools.partial(around, compiler.build)):
         yield
 
 
-@contextlib.contextmanager
+def _memory_plan():
+    """The graph executor tvmc's ``compile`` builds gets tvm_fuse's memory plan where that is
+    smaller than TVM's, as from ``tvm_fuse.build``."""
+    return _around_compiler_build(lambda build, *args, **kw: apply_to_factory(build(*args, **kw)))
+
+
+def _lowered(build, *args, **kwargs):
+    with lowering_context():
+        return build(*args, **kwargs)
+
+
 def lowering_in_build():
     """tvmc's ``compile`` builds inside a PassContext of its own, which lacks tvm_fuse's lower
-    pass (the weight prefetch, ``tvm_fuse.lowering``): its ``compiler.build`` gets it back."""
-    stock = compiler.build
-
-    def build(*args, **kwargs):
-        with lowering_context():
-            return stock(*args, **kwargs)
-
-    with mock.patch.object(compiler, "build", build):
-        yield
+    pass (the weight prefetch, ``tvm_fuse.lowering``): its build step gets it back."""
+    return _around_compiler_build(_lowered)
 
 
 @contextlib.contextmanager
