@@ -204,21 +204,36 @@ def test_both_parallel_orders_compute_the_conv(case, co_outer, rng, monkeypatch)
     assert any(name.startswith("c" if co_outer else rows_first) for name in loops), loops
 
 
-@pytest.mark.parametrize("case", ["rows_w24", "rows_co32_w12", "map7_flat_co20"])
-def test_each_ci_step_prefetches_the_next_co_blocks_weight(case):
+#: Kernels with several groups of Co blocks, so a next slice to prefetch: tiles along Wo with
+#: rows first, the same with Co blocks first (the weight outweighs the input), flat tiles with
+#: Co blocks first.
+PREFETCH_CASES = {
+    "rows_w40": (1, 40, 8, 128, 3, 1, 1, (1, 1, 1, 1)),
+    "rows_co_first_w12": (1, 12, 8, 128, 3, 1, 1, (1, 1, 1, 1)),
+    "map7_flat_1x1": (2, 7, 24, 128, 1, 1, 1, (0, 0, 0, 0)),
+}
+
+
+@pytest.mark.parametrize("case", PREFETCH_CASES.values(), ids=PREFETCH_CASES.keys())
+def test_each_weight_vector_of_the_next_co_blocks_is_prefetched_once(case):
     """The parallel loop's next iteration reads the next ocb Co blocks (rows first), or the
-    same ones for its next row (Co blocks first, where this is redundant but the block after
-    comes in time): each Ci step prefetches the weight vectors ocb Co blocks ahead of its own,
-    ocb x Kh x Kw x Ci x VL elements (``lowering``)."""
-    _, _, ci, _, kernel, *_ = TE_CASES[case]
+    same ones for its next row (Co blocks first): each weight vector of a Ci step is prefetched
+    ocb Co blocks ahead, ocb x Kh x Kw x Ci x VL elements, in one of the passes over the slice
+    (``lowering``)."""
+    _, _, ci, _, kernel, *_ = case
     with lowering.lowering_context():
-        s, args, lanes = te_kernel(*TE_CASES[case])
+        s, args, lanes = te_kernel(*case)
         text = str(tvm.lower(s, args))
     ahead = re.findall(r"T\.prefetch\(T\.address_of\(weight\w*\[(.*?)\]\), 0, 2, 1\)", text)
     block = kernel * kernel * ci * lanes  # one Co block's weight
     ocb = len(ahead)  # one prefetch per weight vector of the step
     offsets = sorted(int(index.rpartition(" + ")[2]) for index in ahead)
     assert ocb >= 1 and offsets == [ocb * block + j * block for j in range(ocb)], text
+
+
+@pytest.mark.parametrize("case", PREFETCH_CASES.values(), ids=PREFETCH_CASES.keys())
+def test_the_prefetching_kernels_compute_the_conv(case, rng):
+    check_te_kernel(case, rng)
 
 
 def test_no_prefetch_where_two_weight_slices_overflow_l2(monkeypatch):

@@ -108,6 +108,117 @@ def test_the_prefetching_kernel_computes_the_same(rng):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+GROUPS, VECTORS = 4, 4
+
+
+def grouped_kernel(tile_rows: int, co_first: bool):
+    """(schedule, args): ``out[g, i, :] = sum_k a[i, k] * w[g, k, :]``, a group's slice of
+    ``VECTORS`` weight vectors per step of k, k marked to prefetch the next group's. Parallel
+    over groups, whose row tiles reread the slice; or over (group, row tile) fused, as the
+    direct kernel does with Co blocks before rows."""
+    a = te.placeholder((ROWS, DEPTH), name="a")
+    w = te.placeholder((GROUPS, DEPTH, VECTORS * LANES), name="w")
+    k = te.reduce_axis((0, DEPTH), name="k")
+    out = te.compute(
+        (GROUPS, ROWS, VECTORS * LANES),
+        lambda g, i, j: te.sum(a[i, k] * w[g, k, j], axis=k),
+        name="out",
+    )
+    s = te.create_schedule(out.op)
+    acc = s.cache_write(out, "local")
+    g, i, _ = s[out].op.axis
+    i_outer, _ = s[out].split(i, tile_rows)
+    at = s[out].fuse(g, i_outer) if co_first else i_outer
+    s[out].parallel(at if co_first else g)
+    s[acc].compute_at(s[out], at)
+    _, ai, aj = s[acc].op.axis
+    (ak,) = s[acc].op.reduce_axis
+    aj_vector, aj_lane = s[acc].split(aj, LANES)
+    s[acc].reorder(ak, ai, aj_vector, aj_lane)
+    s[acc].unroll(ai)
+    s[acc].unroll(aj_vector)
+    s[acc].vectorize(aj_lane)
+    lowering.mark(s[acc], ak, DEPTH * VECTORS * LANES)
+    return s, [a, w, out]
+
+
+def prefetches_by_pass(func: tvm.tir.PrimFunc) -> dict:
+    """{pass: (its condition, the weight vectors it prefetches, numbered from the next
+    slice's first)}: the branches ``if <pass counter> == pass`` of the lowered ``func``."""
+    found = {}
+
+    def visit(node):
+        if isinstance(node, tvm.tir.IfThenElse) and isinstance(node.condition, tvm.tir.EQ):
+            counter, j = node.condition.a, int(node.condition.b)
+            found[j] = (counter, _prefetched_vectors(node.then_case))
+            last = node.else_case
+            if last is not None and not isinstance(last, tvm.tir.IfThenElse):
+                found[j + 1] = (counter, _prefetched_vectors(last))
+
+    tvm.tir.stmt_functor.post_order_visit(func.body, visit)
+    return found
+
+
+def _prefetched_vectors(stmt) -> list:
+    indices = []
+    tvm.tir.stmt_functor.post_order_visit(
+        stmt,
+        lambda n: indices.extend(n.args[0].args[0].indices)
+        if isinstance(n, tvm.tir.Call) and n.op.name == "tir.prefetch"
+        else None,
+    )
+    vectors = []
+    for index in indices:  # at loop variables 0
+        zeros = {}
+        tvm.tir.stmt_functor.post_order_visit(
+            index, lambda n: zeros.update({n: 0}) if isinstance(n, tvm.tir.Var) else None
+        )
+        offset = tvm.arith.Analyzer().simplify(tvm.tir.stmt_functor.substitute(index, zeros))
+        vectors.append((int(offset) - DEPTH * VECTORS * LANES) // LANES)
+    return sorted(vectors)
+
+
+@pytest.mark.parametrize("co_first", [False, True])
+@pytest.mark.parametrize("tile_rows, passes", [(2, 4), (4, 2)])
+def test_each_vector_of_the_next_slice_is_prefetched_in_one_pass_over_this_one(
+    co_first, tile_rows, passes
+):
+    """The row tiles of a group all read its slice: each of the next slice's vectors is
+    prefetched in one of them, spread evenly, instead of in all (``ROWS / tile_rows`` times the
+    prefetches) or all in the first."""
+    with lowering.lowering_context():
+        func = tvm.lower(*grouped_kernel(tile_rows, co_first))["main"]
+    by_pass = prefetches_by_pass(func)
+    assert {j: vectors for j, (_, vectors) in by_pass.items()} == {
+        j: list(range(j, VECTORS, passes)) for j in range(passes)
+    }, func
+    counters = {str(counter) for counter, _ in by_pass.values()}
+    assert counters == ({f"g_i_outer_fused % {passes}"} if co_first else {"i_outer"}), func
+
+
+@pytest.mark.parametrize("co_first", [False, True])
+def test_the_kernels_with_spread_prefetches_compute_the_same(co_first, rng):
+    with lowering.lowering_context():
+        func = tvm.build(*grouped_kernel(2, co_first), host_target())
+    assert "llvm.prefetch" in func.get_source("ll")
+    a = rng.standard_normal((ROWS, DEPTH)).astype("float32")
+    w = rng.standard_normal((GROUPS, DEPTH, VECTORS * LANES)).astype("float32")
+    out = tvm.nd.empty((GROUPS, ROWS, VECTORS * LANES), "float32")
+    func(tvm.nd.array(a), tvm.nd.array(w), out)
+    want = np.einsum("ik,gkj->gij", a.astype("float64"), w.astype("float64"))
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_no_prefetch_where_the_next_parallel_iteration_reads_the_same_slice():
+    """Parallel over the row tiles of one slice (a conv with one group of Co blocks): there is
+    no next slice; the mark's distance would point past the weight."""
+    with lowering.lowering_context():
+        s, args = toy_kernel(tile_rows=2, distance=DEPTH * LANES)
+        s[args[-1]].parallel(s[args[-1]].leaf_iter_vars[0])
+        text = str(tvm.lower(s, args))
+    assert "T.parallel" in text and "T.prefetch" not in text, text
+
+
 def test_the_context_keeps_the_callers_settings_and_passes():
     @tvm.tir.transform.prim_func_pass(opt_level=0)
     def users_pass(func, _mod, _ctx):
@@ -126,8 +237,10 @@ def test_the_context_keeps_the_callers_settings_and_passes():
 
 def small_model():
     data = relay.var("data", shape=(1, 32, 7, 7))
-    weight = relay.const(np.random.default_rng(0).standard_normal((64, 32, 1, 1)).astype("float32"))
-    out = relay.nn.relu(relay.nn.conv2d(data, weight, channels=64, kernel_size=(1, 1)))
+    # several groups of Co blocks on AVX2 and AVX-512: a next slice to prefetch
+    weight = np.random.default_rng(0).standard_normal((256, 32, 1, 1)).astype("float32")
+    conv = relay.nn.conv2d(data, relay.const(weight), channels=256, kernel_size=(1, 1))
+    out = relay.nn.relu(conv)
     return tvm.IRModule.from_expr(relay.Function([data], out))
 
 
