@@ -11,10 +11,10 @@ the next slice arrives while this one is computed. A parallel iteration reads it
 several passes (Wo tiles, rows of a Co block, the Winograd GEMM's tile groups); each vector of
 the next slice is prefetched in one of them, spread evenly, not in each. Kernels mark the loop
 only where two slices fit in L2 (``schedules.tiling.prefetches_next_slice``). On Zen 5 (2
-cores) a chain of 128 convs 1x1 512->512 on 7x7, weights from memory, ran at 58-59 us per conv
-instead of 71-72 (57 with the weights in cache). Against the same kernels without prefetch
-(interleaved with ONNX Runtime, 21 rounds), ResNet-50 ran in 0.90x the time, ResNet-18 in 0.89x,
-MobileNet-v2 in 0.96x; ResNet-50 as AVX2 code (``-mcpu=znver3``, 15 rounds) in 0.95x.
+cores) a chain of 128 convs 1x1 512->512 on 7x7, weights from memory, ran at 56.5-58 us per
+conv instead of 71-72 (51-57 with the weights in cache). Against the same kernels without
+prefetch (interleaved with ONNX Runtime, 21 rounds), ResNet-50 ran in 0.90x the time, ResNet-18
+in 0.89x, MobileNet-v2 in 0.96x; ResNet-50 as AVX2 code (``-mcpu=znver3``, 15 rounds) in 0.95x.
 
 Prefetches are hints: they never fault and never change a result, so an address past the end
 of the weight (the last group's) is harmless. The pass only runs where the PassContext lists it
