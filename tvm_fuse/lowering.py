@@ -195,8 +195,9 @@ def _with_body(loop: tir.Stmt, body: tir.Stmt) -> tir.Stmt:
 def _prefetching(marked: tir.AttrStmt, loops: tuple) -> tir.Stmt:
     """The marked loop with each of the next slice's prefetches in one pass over this slice:
     spread over the passes of the innermost loop that rereads it, in the first pass of the
-    others. Prefetched in every pass, ResNet-50 ran 1.01-1.03x as long, all in the first pass
-    1.03x (Zen 5, interleaved); the Winograd F(2x2) layer l4 (weights warm) 1.13x and 1.04x."""
+    others. Prefetched in every pass, ResNet-50 ran 1.01-1.03x as long and the Winograd F(2x2)
+    layer l4 (weights warm) 1.09-1.13x; all in the first pass, 1.02-1.03x and 1.02-1.09x (Zen 5,
+    interleaved runs)."""
     loop = marked.body
     step = loop.body if isinstance(loop, tir.For) else loop
     prefetches = _prefetches(step, int(marked.value))
