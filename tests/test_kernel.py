@@ -131,10 +131,12 @@ TE_CASES = {
 }
 
 
-def te_kernel(batch, size, ci, co, kernel, stride, dil, padding):
-    """(schedule, args) of the fast kernel with bias + ReLU, in the host target's scope."""
-    with host_target():
-        lanes = strategy.simd_lanes(host_target())
+def te_kernel(batch, size, ci, co, kernel, stride, dil, padding, target=None):
+    """(schedule, args) of the fast kernel with bias + ReLU, in ``target``'s scope (default:
+    the host's)."""
+    target = target or host_target()
+    with target:
+        lanes = strategy.simd_lanes(target)
         data = te.placeholder((batch, size, size, ci), name="data")
         co_vectors = packing.padded_channels(co, lanes) // lanes
         weight = te.placeholder((co_vectors, kernel, kernel, ci, lanes), name="weight")
@@ -152,12 +154,14 @@ def test_te_kernel_matches_numpy(case, rng):
     check_te_kernel(case, rng)
 
 
-def check_te_kernel(case, rng):
-    """The kernel of a ``TE_CASES`` entry against the NumPy reference; its parallel loops."""
+def check_te_kernel(case, rng, target=None):
+    """The kernel of a ``TE_CASES`` entry, built for ``target`` (default: the host), against
+    the NumPy reference; its parallel loops."""
     batch, size, ci, co, kernel, stride, dil, padding = case
+    target = target or host_target()
     with lowering.lowering_context():  # as tvm_fuse builds it: with the weight prefetch
-        s, args, lanes = te_kernel(*case)
-        func = tvm.build(s, args, host_target())
+        s, args, lanes = te_kernel(*case, target=target)
+        func = tvm.build(s, args, target)
     data, weight, bias, _ = make_inputs(rng, batch, size, ci, co, kernel, False, None)
     out = tvm.nd.empty([int(d) for d in args[-1].shape], "float32")
     func(
@@ -214,15 +218,21 @@ PREFETCH_CASES = {
 }
 
 
+#: The host's ISA, and AVX2 code (8 lanes, 16 registers: other tiles), which every machine here
+#: runs.
+ISAS = {"host": None, "avx2": tvm.target.Target("llvm -mcpu=znver3 -num-cores=2")}
+
+
+@pytest.mark.parametrize("isa", ISAS.values(), ids=ISAS.keys())
 @pytest.mark.parametrize("case", PREFETCH_CASES.values(), ids=PREFETCH_CASES.keys())
-def test_each_weight_vector_of_the_next_co_blocks_is_prefetched_once(case):
+def test_each_weight_vector_of_the_next_co_blocks_is_prefetched_once(case, isa):
     """The parallel loop's next iteration reads the next ocb Co blocks (rows first), or the
     same ones for its next row (Co blocks first): each weight vector of a Ci step is prefetched
     ocb Co blocks ahead, ocb x Kh x Kw x Ci x VL elements, in one of the passes over the slice
     (``lowering``)."""
     _, _, ci, _, kernel, *_ = case
     with lowering.lowering_context():
-        s, args, lanes = te_kernel(*case)
+        s, args, lanes = te_kernel(*case, target=isa)
         text = str(tvm.lower(s, args))
     ahead = re.findall(r"T\.prefetch\(T\.address_of\(weight\w*\[(.*?)\]\), 0, 2, 1\)", text)
     block = kernel * kernel * ci * lanes  # one Co block's weight
@@ -231,9 +241,10 @@ def test_each_weight_vector_of_the_next_co_blocks_is_prefetched_once(case):
     assert ocb >= 1 and offsets == [ocb * block + j * block for j in range(ocb)], text
 
 
+@pytest.mark.parametrize("isa", ISAS.values(), ids=ISAS.keys())
 @pytest.mark.parametrize("case", PREFETCH_CASES.values(), ids=PREFETCH_CASES.keys())
-def test_the_prefetching_kernels_compute_the_conv(case, rng):
-    check_te_kernel(case, rng)
+def test_the_prefetching_kernels_compute_the_conv(case, isa, rng):
+    check_te_kernel(case, rng, isa)
 
 
 def test_no_prefetch_where_two_weight_slices_overflow_l2(monkeypatch):
