@@ -169,10 +169,7 @@ def _prefetched_vectors(stmt) -> list:
     )
     vectors = []
     for index in indices:  # at loop variables 0
-        zeros = {}
-        tvm.tir.stmt_functor.post_order_visit(
-            index, lambda n: zeros.update({n: 0}) if isinstance(n, tvm.tir.Var) else None
-        )
+        zeros = {var: 0 for var in tvm.tir.analysis.undefined_vars(index)}
         offset = tvm.arith.Analyzer().simplify(tvm.tir.stmt_functor.substitute(index, zeros))
         vectors.append((int(offset) - DEPTH * VECTORS * LANES) // LANES)
     return sorted(vectors)

@@ -88,10 +88,10 @@ def _weight_loads(step: tir.Stmt) -> list[tir.BufferLoad]:
     return unique
 
 
-def _prefetches(step: tir.Stmt, distance: int) -> list[tir.Stmt]:
-    """A prefetch of each weight vector ``step`` loads, ``distance`` elements ahead."""
+def _prefetches(loads: list[tir.BufferLoad], distance: int) -> list[tir.Stmt]:
+    """A prefetch of each of the weight vectors ``loads``, ``distance`` elements ahead."""
     prefetches = []
-    for load in _weight_loads(step):
+    for load in loads:
         base = load.indices[-1].base
         index = base + tir.const(distance, base.dtype)
         ahead = tir.BufferLoad(load.buffer, [*load.indices[:-1], index])
@@ -112,11 +112,7 @@ class _Passes:
 
 
 def _uses(expr: tir.PrimExpr, var: tir.Var) -> bool:
-    found = []
-    tir.stmt_functor.post_order_visit(
-        tir.Evaluate(expr), lambda n: found.append(n) if n.same_as(var) else None
-    )
-    return bool(found)
+    return any(used.same_as(var) for used in tir.analysis.undefined_vars(expr))
 
 
 def _rows_per_block(indices: list, var: tir.Var) -> int | None:
@@ -138,15 +134,16 @@ def _rows_per_block(indices: list, var: tir.Var) -> int | None:
     return sizes.pop()
 
 
-def _rereading(marked: tir.Stmt, loops: tuple) -> list[_Passes] | None:
-    """How the parallel iteration around ``marked`` rereads its weight slice, outermost first:
-    the loops inside it whose variable no weight index uses (the direct kernel's Wo tiles, the
-    Winograd GEMM's passes over its tiles), and the parallel loop's rows of one slice. None if
-    the slice is also the next iteration's (the parallel loop does not index the weight: no next
-    slice) or an index uses a variable bound elsewhere, which might depend on such a loop."""
-    indices = [index for load in _weight_loads(marked) for index in load.indices]
+def _rereading(marked: tir.Stmt, loads: list, loops: tuple) -> list[_Passes] | None:
+    """How the parallel iteration around ``marked`` rereads the weight slice of its ``loads``,
+    outermost first: the loops inside it whose variable no weight index uses (the direct
+    kernel's Wo tiles, the Winograd GEMM's passes over its tiles), and the parallel loop's rows
+    of one slice. None if the slice is also the next iteration's (the parallel loop does not
+    index the weight: no next slice) or an index uses a variable bound elsewhere, which might
+    depend on such a loop."""
+    indices = [index for load in loads for index in load.indices]
     bound = [loop.loop_var for loop in loops] + _loop_vars(marked)
-    if any(_free_vars(index, bound) for index in indices):
+    if any(tir.analysis.undefined_vars(index, bound) for index in indices):
         return None
     parallel = [i for i, loop in enumerate(loops) if loop.kind == tir.ForKind.PARALLEL]
     passes = []
@@ -162,17 +159,6 @@ def _rereading(marked: tir.Stmt, loops: tuple) -> list[_Passes] | None:
         if rereads and isinstance(loop.extent, tir.IntImm):
             passes.append(_Passes(loop.loop_var - loop.min, int(loop.extent)))
     return passes
-
-
-def _free_vars(expr: tir.PrimExpr, bound: list) -> list:
-    found = []
-    tir.stmt_functor.post_order_visit(
-        tir.Evaluate(expr),
-        lambda n: found.append(n)
-        if isinstance(n, tir.Var) and not any(n.same_as(b) for b in bound)
-        else None,
-    )
-    return found
 
 
 def _loop_vars(stmt: tir.Stmt) -> list:
@@ -200,8 +186,9 @@ def _prefetching(marked: tir.AttrStmt, loops: tuple) -> tir.Stmt:
     interleaved runs)."""
     loop = marked.body
     step = loop.body if isinstance(loop, tir.For) else loop
-    prefetches = _prefetches(step, int(marked.value))
-    rereading = _rereading(loop, loops)
+    loads = _weight_loads(step)
+    prefetches = _prefetches(loads, int(marked.value))
+    rereading = _rereading(loop, loads, loops)
     if rereading is None or not prefetches:
         return loop
     if not rereading:
@@ -250,14 +237,7 @@ def _rewrite(body: tir.Stmt):
 
 def _stored_in_marked_loops(body: tir.Stmt) -> set:
     """The buffers the marked loops store to: the kernel's accumulators."""
-    stored = set()
-
-    def visit(node):
-        if isinstance(node, tir.AttrStmt) and node.attr_key == _ATTR_KEY:
-            stored.update(_stored(node.body))
-
-    tir.stmt_functor.post_order_visit(body, visit)
-    return stored
+    return set().union(*(_stored(marked.body) for marked, _ in _marks_in(body)))
 
 
 def _fits_stack(allocate: tir.Allocate) -> bool:
@@ -287,8 +267,9 @@ def _on_stack(accumulators: set):
 
 @tvm.tir.transform.prim_func_pass(opt_level=0, name="tvm_fuse.PrefetchWeights")
 def prefetch_weights(func, _mod, _ctx):
-    """Prefetches before each step of the loops marked with :data:`PRAGMA` (the marks go), and
-    those loops' accumulators on the stack."""
+    """The next slice's prefetches in the steps of the loops marked with :data:`PRAGMA`, each
+    in one pass over the current slice (the marks go), and those loops' accumulators on the
+    stack."""
     transform = tir.stmt_functor.ir_transform
     on_stack = _on_stack(_stored_in_marked_loops(func.body))
     body = transform(func.body, None, on_stack, ["tir.Allocate"])
