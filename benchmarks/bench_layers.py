@@ -1,10 +1,10 @@
 """Per-layer benchmark: conv + BN + ReLU, batch 1, fp32, ``common.THREADS`` threads.
 
-Each layer is an NCHW Relay graph ``conv2d -> batch_norm -> relu`` with seeded random weights
-and BN statistics, timed side by side in one run as: ``tvm_fuse.build`` (the row names the
-algorithm it chose); on 3x3 stride-1 layers also ``tvm_fuse.build(..., algorithm="direct")``;
-stock ``relay.build`` at opt_level 3 (NCHWc x86 schedules); stock TVM after ``ConvertLayout`` to
-NHWC; PyTorch jit (oneDNN) and ONNX Runtime on the equivalent ``Conv2d + BatchNorm2d + ReLU``.
+Each layer is an NCHW Relay graph ``conv2d -> batch_norm -> relu`` with seeded random weights and BN
+statistics, timed side by side in one run as: ``tvm_fuse.build`` (the row names the algorithm it
+chose); on the 3x3 layers (stride 1 or 2) also ``tvm_fuse.build(..., algorithm="direct")``; stock
+``relay.build`` at opt_level 3 (NCHWc x86 schedules); stock TVM after ``ConvertLayout`` to NHWC;
+PyTorch jit (oneDNN) and ONNX Runtime on the equivalent ``Conv2d + BatchNorm2d + ReLU``.
 Every output is checked against stock TVM's and its error measured against a float64 NumPy
 reference; GFLOP/s and % of the measured FMA peak come with each time: the median run's and the
 best run's (``best run``), the peak being the best run of its microkernel. On a shared machine

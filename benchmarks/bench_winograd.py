@@ -1,6 +1,7 @@
-"""Winograd F(2x2) and F(4x4) against the direct kernel on the 3x3 stride-1 layers.
+"""Winograd F(2x2) and F(4x4) against the direct kernel on the 3x3 layers.
 
-Each layer of ``bench_layers`` that Winograd applies to (l1, l2, l3, l4: 3x3, stride 1) is run
+Each layer of ``bench_layers`` that Winograd applies to (l1, l2, l3, l4: 3x3, stride 1; seed:
+3x3, stride 2, the polyphase form) is run
 as conv + bias + ReLU, batch 1, fp32, NHWC, BN folded into the weight and bias in float64: the
 direct kernel (``conv2d_nhwc_fused.x86``, the one ``tvm_fuse.build`` picks for these layers
 today, on its compile-time packed weight) and the Winograd kernel (``conv2d_nhwc_winograd.x86``
@@ -32,7 +33,7 @@ from tvm_fuse import strategy  # noqa: E402
 from tvm_fuse.schedules import conv2d_nhwc_fused, packing, winograd, winograd_weights  # noqa: E402
 from tvm_fuse.spec import KernelSpec  # noqa: E402
 
-#: The layers of the layer benchmark Winograd applies to (3x3, stride 1, groups 1).
+#: The layers of the layer benchmark Winograd applies to (3x3, stride 1 or 2, groups 1).
 WINOGRAD_LAYERS = [name for name, layer in LAYERS.items() if layer.winograd_applies]
 KERNELS = ("direct", "winograd_f2", "winograd_f4")
 REFERENCE = "float64"
@@ -54,7 +55,8 @@ def folded_nhwc(layer: Layer) -> dict[str, np.ndarray]:
 def reference(layer: Layer, inputs: dict[str, np.ndarray]) -> np.ndarray:
     """relu(conv + bias) of the float32 inputs in float64."""
     pad = (layer.pad,) * 4
-    conv = conv2d_nhwc_python(inputs["data"].astype("float64"), inputs["weight"], 1, pad)
+    data = inputs["data"].astype("float64")
+    conv = conv2d_nhwc_python(data, inputs["weight"], layer.stride, pad)
     return np.maximum(conv + inputs["bias"], 0)
 
 
@@ -77,14 +79,16 @@ def kernel_runner(kernel: str, layer: Layer, inputs: dict[str, np.ndarray], targ
     """Build ``kernel`` for ``layer`` (its weight transformed as the graph half would)."""
     lanes = strategy.simd_lanes(target)
     pad = (layer.pad,) * 4
-    spec = KernelSpec.conv(inputs["data"].shape, inputs["weight"].shape, padding=pad)
+    strides = (layer.stride,) * 2
+    spec = KernelSpec.conv(inputs["data"].shape, inputs["weight"].shape, strides, pad)
     spec = spec.with_epilogue(bias=True, activation="relu")
     if kernel == "direct":
         module, weight = conv2d_nhwc_fused, packing.pack_hwio(inputs["weight"], lanes)
         spec = dataclasses.replace(spec, weight=packing.packed_weight(spec, lanes))
     else:
         m = int(kernel[-1])
-        module, weight = winograd, winograd_weights.transform_hwio(inputs["weight"], m, lanes)
+        weight = winograd_weights.transform_hwio(inputs["weight"], m, lanes, layer.stride)
+        module = winograd
         spec = winograd_weights.winograd_spec(spec, m, lanes)
     arrays = [inputs["data"], weight, inputs["bias"]]
     holders = [te.placeholder(a.shape, name=f"arg{i}") for i, a in enumerate(arrays)]

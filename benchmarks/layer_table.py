@@ -45,8 +45,8 @@ class Layer:
 
     @property
     def winograd_applies(self) -> bool:
-        """3x3 stride 1 with groups=1: the convs tvm_fuse may compute with Winograd."""
-        return self.kernel == 3 and self.stride == 1 and self.groups == 1
+        """3x3, stride 1 or 2, groups=1: the convs tvm_fuse may compute with Winograd."""
+        return self.kernel == 3 and self.stride in (1, 2) and self.groups == 1
 
     @property
     def data_shape(self) -> tuple[int, int, int, int]:

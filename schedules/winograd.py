@@ -1,10 +1,11 @@
-"""The fused Winograd kernel: NHWC conv2d 3x3 (stride 1) + bias + [residual] + activation (x86).
+"""The fused Winograd kernel: NHWC conv2d 3x3 (stride 1 or 2) + bias + [residual] + activation.
 
-F(m x m, 3x3) computes each m x m output tile from an (m+2) x (m+2) input tile with
-``(m+2)^2`` products per channel pair instead of ``9 m^2``. The weight arrives already in the
+F(m x m, 3x3) computes each m x m output tile from an alpha x alpha input tile with ``alpha^2``
+products per channel pair instead of ``9 m^2``: alpha = m + 2 at stride 1, 2m + 1 at stride 2
+(the polyphase form of ``schedules.winograd_weights``). The weight arrives already in the
 Winograd domain, ``U = G g G^T`` computed at compile time (``schedules.winograd_weights``), laid
-out ``[alpha, alpha, Co/VL, Ci, VL]`` (``WINO{m}_{VL}o``, alpha = m + 2). Per parallel block of
-tiles (``block_rows`` whole tile rows x a chunk of ``Co / co_chunks`` channels) the kernel:
+out ``[alpha, alpha, Co/VL, Ci, VL]`` (``WINO{m}_{VL}o``, ``WINO{m}S2_{VL}o``). Per parallel
+block of tiles (``block_rows`` whole tile rows x a chunk of ``Co / co_chunks`` channels) the kernel:
 
 - transforms the block's input tiles, ``V = B^T d B``, vectorized over Ci (NHWC keeps it
   contiguous), into a block buffer that stays in cache (or, knob ``v_root``, the whole input
@@ -35,8 +36,9 @@ NAME = "conv2d_nhwc_winograd.x86"
 LOGICAL_WEIGHT_TAG = "conv2d_nhwc_winograd_hwio_view"
 
 #: The AutoTVM workload after the task name: the template's arguments, the logical task.
+#: ``strides`` is left out of a stride-1 workload (the template's default).
 WORKLOAD_FIELDS = ("data", "weight", "bias", "residual", "padding", "activation", "alpha")
-WORKLOAD_FIELDS += ("lanes", "winograd_tile")
+WORKLOAD_FIELDS += ("lanes", "winograd_tile", "strides")
 
 
 def compute(spec: KernelSpec, data, weight, bias, residual):
@@ -63,7 +65,8 @@ def compute(spec: KernelSpec, data, weight, bias, residual):
 def workload_args(spec: KernelSpec, data, weight, bias, residual) -> tuple:
     """The template's arguments (``WORKLOAD_FIELDS``) for ``spec``: tensors, then named fields."""
     fields = (spec.padding, spec.activation, spec.alpha, spec.lanes, spec.winograd_tile)
-    return (data, weight, bias, residual, *fields)
+    strided = () if spec.strides == (1, 1) else (spec.strides,)
+    return (data, weight, bias, residual, *fields, *strided)
 
 
 def describe_workload(workload) -> dict:
@@ -118,12 +121,15 @@ def _tile_co(cfg, co_vectors):
 
 @autotvm.register_topi_compute(NAME)
 def conv2d_nhwc_winograd_x86(
-    cfg, data, weight, bias, residual, padding, activation, alpha, lanes, winograd_tile
+    cfg, data, weight, bias, residual, padding, activation, alpha, lanes, winograd_tile,
+    strides=(1, 1),
 ):
     """The AutoTVM template (positional arguments, ``WORKLOAD_FIELDS``: they form the
     workload): NHWC ``data``, HWIO ``weight``, optional bias and residual, the padding and
-    epilogue fields of the spec, the transformed weight's ``lanes`` and m (``winograd_tile``)."""
-    spec = KernelSpec.conv(tuple(data.shape), tuple(weight.shape), (1, 1), padding, (1, 1))
+    epilogue fields of the spec, the transformed weight's ``lanes`` and m (``winograd_tile``),
+    the ``strides`` (only in a stride-2 workload)."""
+    strides = tuple(int(s) for s in strides)
+    spec = KernelSpec.conv(tuple(data.shape), tuple(weight.shape), strides, padding, (1, 1))
     spec = spec.with_epilogue(
         bias is not None, residual is not None, activation=activation, alpha=float(alpha)
     )
@@ -166,7 +172,7 @@ def _find_stages(out):
 
 def _schedule_block(cfg, s, out, stages):
     gemm, v, rows_t, cols_t = (stages[k] for k in ("wino_m", "wino_v", "wino_rows", "wino_cols"))
-    m = int(gemm.shape[0]) - 2
+    m = int(cols_t.shape[4])  # cols_t: [N, tile rows, tile cols, alpha, m, Co]
     lanes = int(gemm.op.input_tensors[1].shape[4])
     chunk, tile_co = _tile_co(cfg, int(gemm.shape[5]) // lanes)
 

@@ -3,7 +3,8 @@
 The Relay backend's AutoTVM template (``schedules.winograd``) and the Relax backend's TensorIR
 kernel (``tvm_fuse.relax.winograd``, through ``te.create_prim_func``) compute exactly this: NHWC
 data, the ``[alpha, alpha, Co/VL, Ci, VL]`` Winograd-domain weight (``schedules.winograd_weights``),
-the epilogue of ``schedules.epilogue``. The stages, by name: ``data_pad``; ``wino_rows`` and
+the epilogue of ``schedules.epilogue``; stride 1 or 2 (the stride sets the transforms' matrices
+and how far apart the input tiles are). The stages, by name: ``data_pad``; ``wino_rows`` and
 ``wino_v`` (the input transform ``V = B^T d B``); ``wino_m`` (the alpha^2 GEMMs ``M = V U``);
 ``wino_cols`` and ``wino_acc`` (the output transform ``Y = A^T M A``); the epilogue.
 
@@ -17,7 +18,7 @@ from tvm import te, topi
 
 from ..spec import KernelSpec
 from .epilogue import apply_epilogue
-from .winograd_weights import transform_matrices
+from .winograd_weights import points, transform_matrices
 
 GEMM_TAG = "conv2d_nhwc_winograd_gemm"
 
@@ -37,10 +38,12 @@ def compute(spec: KernelSpec, data, weight, bias, residual, block_rows: int, til
 
 class Grid:
     """The tiles of the output (``nh x nw``) and their blocks: ``blocks`` of ``rows`` tile rows,
-    each padded to ``per_block`` tiles (whole register tiles of ``tile_p``)."""
+    each padded to ``per_block`` tiles (whole register tiles of ``tile_p``). An output tile of
+    m x m reads an ``alpha x alpha`` input tile, ``m * stride`` pixels from its neighbours'."""
 
     def __init__(self, spec: KernelSpec, rows: int, tile_p: int):
         (ho, wo), m = spec.out_hw, spec.winograd_tile
+        self.stride, self.alpha = spec.strides[0], points(m, spec.strides[0])
         self.m, self.nh, self.nw, self.rows = m, -(-ho // m), -(-wo // m), rows
         self.blocks = -(-self.nh // self.rows)
         self.per_block = -(-(self.rows * self.nw) // tile_p) * tile_p
@@ -50,7 +53,8 @@ class Grid:
         the block's last tile)."""
         if self.per_block != self.rows * self.nw:
             q = te.min(q, self.rows * self.nw - 1)
-        return te.min(blk * self.rows + q // self.nw, self.nh - 1) * self.m, q % self.nw * self.m
+        step = self.m * self.stride
+        return te.min(blk * self.rows + q // self.nw, self.nh - 1) * step, q % self.nw * step
 
 
 def _combine(coeffs, index, term, dtype):
@@ -84,11 +88,14 @@ def _input_transform(spec: KernelSpec, data, grid: Grid):
     """``V = B^T d B`` of every tile, ``[alpha, alpha, N, blocks, per_block, Ci]`` (Ci padded to
     whole vectors with zeros), through the row transform ``d B``."""
     n, h, w, ci = spec.data.shape
-    m, size, lanes = grid.m, grid.m + 2, spec.lanes
-    _, b_mat, _ = transform_matrices(m)
+    lanes, size, step = spec.lanes, grid.alpha, grid.m * grid.stride
+    _, b_mat, _ = transform_matrices(grid.m, grid.stride)
     ci_pad = -(-ci // lanes) * lanes
     top, left, _, _ = spec.padding
-    pad_after = [0, grid.nh * m + 2 - h - top, grid.nw * m + 2 - w - left, ci_pad - ci]
+    # zeros under the last tiles' overhang (none where the map reaches past their input)
+    bottom = max(0, (grid.nh - 1) * step + size - h - top)
+    right = max(0, (grid.nw - 1) * step + size - w - left)
+    pad_after = [0, bottom, right, ci_pad - ci]
     dpad = topi.nn.pad(data, [0, top, left, 0], pad_after, name="data_pad")
 
     def row_transform(b, blk, q, r, nu, c):
@@ -127,8 +134,8 @@ def _batched_gemm(spec: KernelSpec, v, weight):
 
 def _output_transform(spec: KernelSpec, gemm, grid: Grid):
     """``Y = A^T M A`` of every tile, through the column transform ``M A``, cut to the output."""
-    m, size, rows, nw = grid.m, grid.m + 2, grid.rows, grid.nw
-    a_mat, _, _ = transform_matrices(m)
+    m, size, rows, nw = grid.m, grid.alpha, grid.rows, grid.nw
+    a_mat, _, _ = transform_matrices(m, grid.stride)
 
     def col_transform(b, th, tw, e, x, co):
         q = th % rows * nw + tw

@@ -11,7 +11,8 @@ Smaller maps, whose tiles are few, put every tile row in one block and split Co 
 instead, so that the cores share the weight rather than each streaming all of it; their input
 is transformed once up front (``v_root``), not once per chunk. Measured on Zen 3 (CPU time of
 one thread, interleaved): per-block transforms are 8-25 % faster than up-front ones at 56x56,
-and up-front ones 10-50 % faster than per-chunk ones at 28x28 and below.
+and up-front ones 10-50 % faster than per-chunk ones at 28x28 and below. Where Co gives fewer
+chunks than cores, the tile rows are split into blocks as well, or a core would idle.
 This module is plain Python: it knows nothing of TE.
 """
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from . import tiling
+from . import tiling, winograd_weights
 
 #: Most tiles in one register tile.
 MAX_TILE_P = tiling.MAX_OWB
@@ -58,7 +59,11 @@ def choose_plan(lanes: int, nh: int, nw: int, co_vectors: int, cores: int = DEFA
     _, tile_p, tile_co = best_tile(machine, nh * nw, co_vectors)
     chunks = [d for d in range(1, co_vectors // tile_co + 1) if co_vectors % (d * tile_co) == 0]
     co_chunks = min((d for d in chunks if d >= wanted), default=chunks[-1])
-    return Plan(tile_p, tile_co, block_rows=nh, co_chunks=co_chunks, v_root=int(co_chunks > 1))
+    block_rows = nh
+    if co_chunks < cores:  # too few Co chunks to keep every core busy: split the rows too
+        block_rows = -(-nh // min(nh, -(-wanted // co_chunks)))
+        _, tile_p, tile_co = best_tile(machine, block_rows * nw, co_vectors)
+    return Plan(tile_p, tile_co, block_rows, co_chunks, v_root=int(co_chunks > 1))
 
 
 def chunk_and_tile_co(co_vectors: int, co_chunks: int, tile_co: int) -> tuple[int, int]:
@@ -91,27 +96,36 @@ TRANSFORM_NS = 0.25
 MIN_GAIN = 1.15
 #: The tile sizes the kernel supports.
 TILES = (2, 4)
+#: The cost of a stride-2 transform per point, as a share of a stride-1 one: in the polyphase
+#: form (``winograd_weights``) m of the 2m + 1 points of each axis carry an input sample through
+#: unchanged. Fitted on znver5 to 12 stride-2 3x3 convs (C 3-512, maps 7-112, F(2x2) and F(4x4),
+#: 16 and 8 lanes): with 1.0 the model put Winograd at 0.8-0.9x the measured speed-up.
+STRIDED_TRANSFORM_SHARE = 0.5
 
 
 def estimated_ns(
-    m: int, n: int, ho: int, wo: int, ci: int, co: int, lanes: int, cores: int = DEFAULT_CORES
+    m: int, n: int, ho: int, wo: int, ci: int, co: int, lanes: int, cores: int = DEFAULT_CORES,
+    stride: int = 1,
 ) -> float:
-    """Estimated time of a 3x3 stride-1 conv: direct for ``m == 0``, else Winograd F(m x m).
+    """Estimated time of a 3x3 conv of ``stride`` (1 or 2): direct for ``m == 0``, else
+    Winograd F(m x m).
 
     The MACs at ``MACS_PER_NS`` per core and the transforms, both shared by ``cores``, plus the
     weight streamed once at the machine's rate (memory bandwidth is not shared out: on
     small maps with many channels the larger Winograd weight is what costs). Fitted to CPU
-    times of the layer benchmark's 3x3 layers on Zen 3 (one thread: each within ~20 %)."""
+    times of the layer benchmark's 3x3 layers on Zen 3 (one thread: each within ~20 %); the
+    stride-2 transforms (``STRIDED_TRANSFORM_SHARE``) to 12 stride-2 convs on znver5."""
     co_pad = -(-co // lanes) * lanes
     machine = tiling.machine_for(lanes)
     macs_per_ns = MACS_PER_NS * machine.fma_lanes / 8 * cores
     if m == 0:
         macs, weight_bytes, transformed = n * ho * wo * ci * co * 9, 9 * ci * co_pad * 4, 0
     else:
-        alpha, tiles = m + 2, n * -(-ho // m) * -(-wo // m)
+        alpha, tiles = winograd_weights.points(m, stride), n * -(-ho // m) * -(-wo // m)
         macs = alpha * alpha * tiles * ci * co_pad
         weight_bytes = alpha * alpha * ci * co_pad * 4
         transformed = alpha * alpha * tiles * (ci + co_pad)
+        transformed *= STRIDED_TRANSFORM_SHARE if stride == 2 else 1.0
     compute = macs / macs_per_ns + transformed * TRANSFORM_NS / cores
     return compute + weight_bytes / (WEIGHT_BYTES_PER_NS * machine.memory_speed)
 
@@ -125,12 +139,13 @@ def choose_winograd_tile(
     lanes: int,
     cores: int = DEFAULT_CORES,
     tiles=TILES,
+    stride: int = 1,
 ) -> int:
     """m of the fastest Winograd F(m x m, 3x3) among ``tiles`` when the model expects it at least
     ``MIN_GAIN`` times faster than the direct kernel, else 0 (direct)."""
 
     def cost(m):
-        return estimated_ns(m, n, ho, wo, ci, co, lanes, cores)
+        return estimated_ns(m, n, ho, wo, ci, co, lanes, cores, stride)
 
     best = min(tiles, key=cost, default=0)
     return best if best and cost(best) * MIN_GAIN <= cost(0) else 0
@@ -139,12 +154,14 @@ def choose_winograd_tile(
 def tile_for_spec(spec, lanes: int, cores: int = 0, tiles=TILES) -> int:
     """m of the Winograd tile (one of ``tiles``) the model picks for the conv of ``spec`` (a
     ``KernelSpec`` whose weight is HWIO) with ``lanes`` fp32 lanes on ``cores`` cores (0:
-    ``DEFAULT_CORES``), or 0: direct. Winograd applies to 3x3 stride-1 dilation-1 convs with
-    groups=1 only; whether the fast path applies at all is the caller's (each backend reads its
-    target)."""
-    conv = (spec.kernel_size, spec.strides, spec.dilation, spec.weight.layout, spec.groups)
-    if conv != ((3, 3), (1, 1), (1, 1), "HWIO", 1):
+    ``DEFAULT_CORES``), or 0: direct. Winograd applies to 3x3 dilation-1 convs of stride 1 or 2
+    (the same along H and W) with groups=1 only; whether the fast path applies at all is the
+    caller's (each backend reads its target)."""
+    conv = (spec.kernel_size, spec.dilation, spec.weight.layout, spec.groups)
+    stride = spec.strides[0]
+    square = spec.strides == (stride, stride) and stride in winograd_weights.STRIDES
+    if conv != ((3, 3), (1, 1), "HWIO", 1) or not square:
         return 0
     n, (ho, wo) = spec.data.shape[0], spec.out_hw
     args = (n, ho, wo, spec.in_channels, spec.out_channels, lanes, cores or DEFAULT_CORES)
-    return choose_winograd_tile(*args, tiles=tiles)
+    return choose_winograd_tile(*args, tiles=tiles, stride=stride)

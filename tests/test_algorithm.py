@@ -1,9 +1,10 @@
 """The graph half's algorithm choice: which fused convs run as Winograd, and the built result.
 
 ChooseAlgorithm asks the kernel half's cost model per conv; these tests pin its decisions on
-convs that must not take Winograd (stride 2, dilation 2, 1x1, too few channels, a 1x1 map,
-groups) and on ones that must, that ``algorithm="direct"`` and ``precision="high"`` reach the
-choice, and that a built Winograd model matches stock TVM with no weight transform left to run.
+convs that must not take Winograd (stride 2 on a small map, dilation 2, 1x1, too few channels, a
+1x1 map, groups) and on ones that must (stride 1, and stride 2 on a large map), that
+``algorithm="direct"`` and ``precision="high"`` reach the choice, and that built Winograd
+models (stride 1 and 2) match stock TVM with no weight transform left to run.
 """
 
 import json
@@ -20,7 +21,8 @@ from tvm_fuse.passes.algorithm import ChooseAlgorithm
 # name -> (input NHWC shape, HWIO weight shape, strides, dilation, padding, groups)
 CONVS = {
     "winograd_3x3_s1": ((1, 28, 28, 64), (3, 3, 64, 64), 1, 1, 1, 1),
-    "stride2": ((1, 28, 28, 64), (3, 3, 64, 64), 2, 1, 1, 1),
+    "winograd_3x3_s2": ((1, 112, 112, 32), (3, 3, 32, 64), 2, 1, 1, 1),
+    "stride2_small_map": ((1, 28, 28, 64), (3, 3, 64, 64), 2, 1, 1, 1),
     "dilation2": ((1, 28, 28, 64), (3, 3, 64, 64), 1, 2, 2, 1),
     "pointwise": ((1, 28, 28, 64), (1, 1, 64, 64), 1, 1, 0, 1),
     "tiny_ci": ((1, 28, 28, 3), (3, 3, 3, 64), 1, 1, 1, 1),
@@ -69,7 +71,8 @@ def test_winograd_only_where_it_applies_and_pays(rng):
     assert len(choices) == len(fused)
     assert dict(zip(fused, choices)) == {
         "winograd_3x3_s1": ("winograd", 4),
-        **{name: ("direct", 0) for name in fused[1:]},
+        "winograd_3x3_s2": ("winograd", 4),
+        **{name: ("direct", 0) for name in fused[2:]},
     }
 
 
@@ -128,6 +131,33 @@ def test_built_winograd_matches_stock_with_nothing_left_to_transform(rng):
     lanes = strategy.simd_lanes(tvm_fuse.host_target())
     shapes = [p.shape for p in lib.get_params().values()]
     assert (6, 6, 32 // lanes, 32, lanes) in shapes
+
+
+def test_built_stride2_winograd_matches_stock(rng):
+    """conv + bias + ReLU, stride 2 on an odd 109x109 map (55x55 out: the last tiles overhang),
+    as Winograd F(4x4) against stock TVM; the weight is the polyphase one (alpha = 2m + 1 = 9),
+    transformed at compile time."""
+    x = relay.var("x", shape=(1, 109, 109, 64))
+    w = relay.const(rng.standard_normal((3, 3, 64, 64)).astype("float32") / 24)
+    b = relay.const(rng.standard_normal(64).astype("float32"))
+    conv = relay.nn.conv2d(
+        x,
+        w,
+        strides=(2, 2),
+        padding=(1, 1),
+        channels=64,
+        kernel_size=(3, 3),
+        data_layout="NHWC",
+        kernel_layout="HWIO",
+    )
+    mod = tvm.IRModule.from_expr(relay.Function([x], relay.nn.relu(relay.nn.bias_add(conv, b, 3))))
+    assert chosen(mod, {}) == [("winograd", 4)]
+    lib = tvm_fuse.build(mod, target=tvm_fuse.host_target())
+    data = {"x": rng.standard_normal((1, 109, 109, 64)).astype("float32")}
+    testing.assert_close(testing.run(lib, data), testing.run(testing.build_stock(mod), data), 1e-4)
+    lanes = strategy.simd_lanes(tvm_fuse.host_target())
+    shapes = [p.shape for p in lib.get_params().values()]
+    assert (9, 9, 64 // lanes, 64, lanes) in shapes
 
 
 def test_cli_algorithm_options_reach_explain(rng):

@@ -4,9 +4,10 @@ Each kernel case is one LLVM build of the TE compute + schedule on a Winograd-do
 by the NumPy transform. The cases cover Ci/Co 3, 16, 17, 64, 256, maps 7x7, 14x14, 56x56 and odd
 ones (tiles overhanging the edge), batch 1 and 2, asymmetric and no padding, every epilogue kind
 (none, bias, residual, each activation the reference knows), F(2x2) and F(4x4), VL 8 and 16,
-without a cross product. The error bound is relative to max |reference| and depends on m: the
-larger tiles' transforms have larger coefficients (measured on these cases: F(2x2) <= 6e-7,
-F(4x4) <= 6e-6).
+stride 1 and 2 (the polyphase form: odd and even maps, tiles whose input overhangs or falls
+short of the padded map), without a cross product. The error bound is relative to max
+|reference| and depends on m: the larger tiles' transforms have larger coefficients (measured on
+these cases: F(2x2) <= 6e-7, F(4x4) <= 6e-6).
 """
 
 import re
@@ -39,6 +40,7 @@ class Case:
     bias: bool = True
     residual: bool = False
     lanes: int = 8
+    stride: int = 1
 
 
 CASES = {
@@ -59,10 +61,25 @@ CASES = {
         16, 32, hw=(10, 13), m=4, padding=(0, 0, 0, 0), residual=True, lanes=16
     ),
     "ci16_co17_batch2_vl16_f2": Case(16, 17, batch=2, lanes=16),
+    "s2_ci3_co16_map7_f2": Case(3, 16, stride=2),
+    "s2_ci17_co17_odd_asym_batch2_residual_f2": Case(
+        17, 17, hw=(9, 11), batch=2, padding=(2, 1, 0, 1), residual=True, stride=2
+    ),
+    # Wo 4 from a 10-wide map: the one F(4x4) tile's input ends before the map does
+    "s2_ci16_co17_nopad_residual_f4": Case(
+        16, 17, hw=(8, 10), m=4, padding=(0, 0, 0, 0), residual=True, stride=2
+    ),
+    "s2_ci64_co64_map56_leaky_f4": Case(
+        64, 64, hw=(56, 56), m=4, activation="leaky_relu", stride=2
+    ),
+    "s2_ci16_co32_map14_nothing_vl16_f4": Case(
+        16, 32, hw=(14, 14), m=4, activation="none", bias=False, lanes=16, stride=2
+    ),
 }
 SLOW_CASES = {
     "ci256_co256_map14_residual_f4": Case(256, 256, hw=(14, 14), m=4, residual=True),
     "ci256_co256_map7_batch2_f2": Case(256, 256, batch=2),
+    "s2_ci256_co256_map28_residual_f2": Case(256, 256, hw=(28, 28), residual=True, stride=2),
 }
 
 
@@ -73,27 +90,28 @@ def make_inputs(rng, case):
     bias = rng.standard_normal(co).astype("float32") if case.bias else None
     out_shape = (
         batch,
-        hw[0] + padding[0] + padding[2] - 2,
-        hw[1] + padding[1] + padding[3] - 2,
+        (hw[0] + padding[0] + padding[2] - 3) // case.stride + 1,
+        (hw[1] + padding[1] + padding[3] - 3) // case.stride + 1,
         co,
     )
     residual = rng.standard_normal(out_shape).astype("float32") if case.residual else None
     return data, weight, bias, residual
 
 
-def winograd_spec(data, weight, bias, residual, padding, activation, m, lanes):
-    spec = KernelSpec.conv(data.shape, weight.shape, (1, 1), padding, (1, 1)).with_epilogue(
+def winograd_spec(data, weight, bias, residual, padding, activation, m, lanes, stride=1):
+    spec = KernelSpec.conv(data.shape, weight.shape, (stride,) * 2, padding, (1, 1))
+    spec = spec.with_epilogue(
         bias is not None, residual is not None, activation=activation, alpha=0.1
     )
     return weights.winograd_spec(spec, m, lanes)
 
 
-def build_kernel(data, weight, bias, residual, padding, activation, m, lanes):
+def build_kernel(data, weight, bias, residual, padding, activation, m, lanes, stride=1):
     """Build the TE kernel; return its output on the NumPy inputs."""
-    spec = winograd_spec(data, weight, bias, residual, padding, activation, m, lanes)
+    spec = winograd_spec(data, weight, bias, residual, padding, activation, m, lanes, stride)
     tensors = {
         "data": data,
-        "weight": weights.transform_hwio(weight, m, lanes),
+        "weight": weights.transform_hwio(weight, m, lanes, stride),
         "bias": bias,
         "residual": residual,
     }
@@ -110,10 +128,11 @@ def build_kernel(data, weight, bias, residual, padding, activation, m, lanes):
 def check_case(case, rng):
     data, weight, bias, residual = make_inputs(rng, case)
     got = build_kernel(
-        data, weight, bias, residual, case.padding, case.activation, case.m, case.lanes
+        data, weight, bias, residual, case.padding, case.activation, case.m, case.lanes, case.stride
     )
+    strides = (case.stride,) * 2
     want = reference(
-        data, weight, bias, residual, (1, 1), case.padding, (1, 1), case.activation, 0.1
+        data, weight, bias, residual, strides, case.padding, (1, 1), case.activation, 0.1
     )
     assert got.shape == want.shape
     error = np.abs(got - want).max() / np.abs(want).max()
@@ -138,11 +157,13 @@ def test_kernel_large_channels(case, rng):
         dict(tile_p=4, tile_co=2, block_rows=3, co_chunks=1, v_root=0),
     ],
 )
-def test_tuned_configs_stay_correct(knobs, rng):
-    """A config other than the fallback (as a tuner would apply it) computes the same conv."""
-    case = Case(16, 32, hw=(13, 9), m=4)
+@pytest.mark.parametrize("stride", [1, 2])
+def test_tuned_configs_stay_correct(knobs, stride, rng):
+    """A config other than the fallback (as a tuner would apply it) computes the same conv; a
+    stride-2 workload names its strides, a stride-1 one does not."""
+    case = Case(16, 32, hw=(13, 9) if stride == 1 else (25, 17), m=4, stride=stride)
     data, weight, bias, _ = make_inputs(rng, case)
-    spec = winograd_spec(data, weight, bias, None, case.padding, case.activation, 4, 8)
+    spec = winograd_spec(data, weight, bias, None, case.padding, case.activation, 4, 8, stride)
     args = winograd.workload_args(
         spec,
         *(te.placeholder(a.shape, name=n) for n, a in [("d", data), ("w", weight), ("b", bias)]),
@@ -151,6 +172,7 @@ def test_tuned_configs_stay_correct(knobs, rng):
     task = autotvm.task.create(
         winograd.NAME, args=autotvm.task.serialize_args(args), target=host_target()
     )
+    assert ("strides" in winograd.describe_workload(task.workload)) == (stride == 2)
     space = task.config_space
     assert set(space.space_map) == {"tile_p", "tile_co", "block_rows", "co_chunks", "v_root"}
     config = space.get(_flat_index(space, knobs))
@@ -202,6 +224,32 @@ def test_plan_blocks_small_maps_along_co():
         assert plan.tile_p * plan.tile_co + plan.tile_co + 1 <= 16  # fits 16 ymm registers
 
 
+def test_plan_splits_rows_where_co_gives_fewer_chunks_than_cores():
+    """64 Co (4 vectors of 16, one register tile) on a 7x7 grid: blocks of rows, not one block
+    (which left a core idle: 1.5x the direct kernel's time, stride-2 F(4x4) on znver5)."""
+    plan = winograd_tiling.choose_plan(16, nh=7, nw=7, co_vectors=4, cores=2)
+    assert plan.co_chunks == 1 and -(-7 // plan.block_rows) >= 2 and plan.v_root == 0
+
+
+@pytest.mark.parametrize(
+    "hw, ci, co, lanes, core, want",
+    [
+        # out hw; measured on znver5 (16 lanes; 8: AVX2 code), Winograd's speed-up over direct
+        (28, 64, 128, 16, "zen5", 4),  # F(4x4) 1.35x, F(2x2) 1.18x
+        (28, 128, 128, 16, "zen5", 4),  # 1.37x, 1.21x
+        (14, 256, 256, 16, "zen5", 2),  # F(2x2) 1.27x, F(4x4) 0.86x
+        (7, 512, 512, 16, "zen5", 0),  # 0.71x: its weight is 25 / 9 the direct one's
+        (7, 256, 512, 8, "zen3", 0),  # 0.90x
+        (28, 128, 128, 8, "zen3", 4),  # 1.62x
+        (112, 3, 32, 8, "zen3", 0),  # 0.43x: too few input channels
+    ],
+)
+def test_cost_model_choices_at_stride_2(hw, ci, co, lanes, core, want, monkeypatch):
+    monkeypatch.setattr(tiling, "host_is_amd", lambda: core != "intel")
+    monkeypatch.setattr(tiling, "host_splits_avx512", lambda: core == "zen4")
+    assert winograd_tiling.choose_winograd_tile(1, hw, hw, ci, co, lanes, stride=2) == want
+
+
 @pytest.mark.parametrize(
     "hw, channels, lanes, core, want",
     [
@@ -226,12 +274,24 @@ def test_cost_model_choices_on_resnet_shapes(hw, channels, lanes, core, want, mo
 
 # -- the weight transform ---------------------------------------------------------------------
 @pytest.mark.parametrize("m", [2, 4])
-def test_numpy_transform_is_winograd(m, rng):
-    """1-D check of the matrices: A^T [(G g) * (B^T d)] is the correlation of d with g."""
-    a_mat, b_mat, g_mat = weights.transform_matrices(m)
-    d, g = rng.standard_normal(m + 2), rng.standard_normal(3)
-    direct = np.array([d[i : i + 3] @ g for i in range(m)])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_numpy_transform_is_winograd(m, stride, rng):
+    """1-D check of the matrices: A^T [(G g) * (B^T d)] is the correlation of d with g at
+    ``stride``, for an input tile of alpha values."""
+    a_mat, b_mat, g_mat = weights.transform_matrices(m, stride)
+    alpha = weights.points(m, stride)
+    assert a_mat.shape == (alpha, m) and b_mat.shape == (alpha, alpha) and g_mat.shape == (alpha, 3)
+    d, g = rng.standard_normal(alpha), rng.standard_normal(3)
+    direct = np.array([d[i * stride : i * stride + 3] @ g for i in range(m)])
     np.testing.assert_allclose(a_mat.T @ ((g_mat @ g) * (b_mat.T @ d)), direct, rtol=1e-12)
+
+
+def test_stride2_transforms_are_exact_small_numbers():
+    """F(2x2) at stride 2: every coefficient is 0 or +-1 (no rounding in any transform)."""
+    for matrix in weights.transform_matrices(2, 2):
+        assert set(np.unique(matrix)) <= {-1.0, 0.0, 1.0}
+    with pytest.raises(ValueError, match="stride 3"):
+        weights.transform_matrices(2, 3)
 
 
 def test_numpy_transform_layout(rng):
@@ -244,19 +304,24 @@ def test_numpy_transform_layout(rng):
     assert not u[:, :, 1, :, 3:].any()  # Co 11..15: zero padding
 
 
-@pytest.mark.parametrize("m, lanes, co", [(2, 8, 16), (4, 8, 11), (4, 16, 20)])
-def test_relay_transform_matches_numpy(m, lanes, co, rng):
+@pytest.mark.parametrize(
+    "m, lanes, co, stride",
+    [(2, 8, 16, 1), (4, 8, 11, 1), (4, 16, 20, 1), (2, 8, 11, 2), (4, 16, 20, 2)],
+)
+def test_relay_transform_matches_numpy(m, lanes, co, stride, rng):
     weight = rng.standard_normal((3, 3, 6, co)).astype("float32")
     var = relay.var("w", shape=weight.shape, dtype="float32")
-    func = relay.Function([var], weights.relay_transform(var, m, lanes, 6, co))
+    func = relay.Function([var], weights.relay_transform(var, m, lanes, 6, co, stride))
     got = relay.create_executor("graph", mod=tvm.IRModule.from_expr(func), target="llvm")
     got = got.evaluate()(weight).numpy()
     # both in float64: equal up to the final rounding to float32 (summation order differs)
-    np.testing.assert_allclose(
-        got, weights.transform_hwio(weight, m, lanes), rtol=2.5e-7, atol=1e-12
-    )
+    want = weights.transform_hwio(weight, m, lanes, stride)
+    assert got.shape == want.shape == weights.transformed_shape(m, lanes, 6, co, stride)
+    np.testing.assert_allclose(got, want, rtol=2.5e-7, atol=1e-12)
     folded = relay.transform.FoldConstant()(
-        tvm.IRModule.from_expr(weights.relay_transform(relay.const(weight), m, lanes, 6, co))
+        tvm.IRModule.from_expr(
+            weights.relay_transform(relay.const(weight), m, lanes, 6, co, stride)
+        )
     )
     assert isinstance(folded["main"].body, relay.Constant)  # nothing left to run at inference
 
@@ -268,6 +333,10 @@ def test_layout_names_the_lanes_and_tile():
     assert (wino.algorithm, wino.winograd_tile) == ("winograd", 4)
     assert wino.weight.shape == (6, 6, 3, 16, 8)
     assert wino.kernel_size == (3, 3) and wino.out_channels == 20 and wino.out == spec.out
+    strided = KernelSpec.conv((1, 14, 14, 16), (3, 3, 16, 20), (2, 2), (1, 1, 1, 1))
+    wino = weights.winograd_spec(strided, 2, 16)
+    assert wino.weight.layout == "WINO2S2_16o" and wino.weight.shape == (5, 5, 2, 16, 16)
+    assert wino.out.shape == (1, 7, 7, 20) and wino.strides == (2, 2)
 
 
 def test_refuses_a_direct_spec():

@@ -1,12 +1,12 @@
 """Winograd on the Relax backend: the kernel, the weights, and the graph half's choice.
 
 The kernel cases build ``relax.kernel.prim_func`` of a Winograd spec alone on a weight made by
-``winograd_weights.transform_hwio``; the graph cases go through ``tvm_fuse.relax.build``. Both are
-compared with the float64 NumPy conv of ``reference``; the error bound per tile is the Relay
-backend's (``tests/test_winograd.py``): max |error| <= 2e-6 (F(2x2)), 2e-5 (F(4x4)) of max
-|reference|. The graph cases that need a given tile fix the cost model's answer
-(``force_tile``); the cost model's own choices are checked against it on the shapes where it
-picks Winograd.
+``winograd_weights.transform_hwio``; the graph cases go through ``tvm_fuse.relax.build``; both at
+stride 1 and 2 (the polyphase form). Both are compared with the float64 NumPy conv of ``reference``;
+the error bound per tile is the Relay backend's (``tests/test_winograd.py``): max |error| <= 2e-6
+(F(2x2)), 2e-5 (F(4x4)) of max |reference|. The graph cases that need a given tile fix the cost
+model's answer (``force_tile``); the cost model's own choices are checked against it on the shapes
+where it picks Winograd.
 """
 
 import numpy as np
@@ -28,11 +28,13 @@ ERROR_BOUND = {2: 2e-6, 4: 2e-5}
 CORES = 2
 
 
-def winograd_case(shape, co, m=2, padding=(1, 1, 1, 1), activation="relu", lanes=8, **epilogue):
-    """A Winograd spec: NHWC ``shape`` -> ``co`` channels, 3x3 stride 1, F(m x m) for ``lanes``,
-    ``epilogue``: ``bias`` (default True), ``residual`` (default False)."""
+def winograd_case(
+    shape, co, m=2, padding=(1, 1, 1, 1), activation="relu", lanes=8, stride=1, **epilogue
+):
+    """A Winograd spec: NHWC ``shape`` -> ``co`` channels, 3x3 of ``stride``, F(m x m) for
+    ``lanes``, ``epilogue``: ``bias`` (default True), ``residual`` (default False)."""
     bias, residual = epilogue.get("bias", True), epilogue.get("residual", False)
-    spec = KernelSpec.conv(shape, (3, 3, shape[3], co), (1, 1), padding, (1, 1))
+    spec = KernelSpec.conv(shape, (3, 3, shape[3], co), (stride, stride), padding, (1, 1))
     alpha = 0.1 if activation == "leaky_relu" else 0.0
     spec = spec.with_epilogue(bias, residual, activation=activation, alpha=alpha)
     return weights.winograd_spec(spec, m, lanes)
@@ -55,6 +57,16 @@ KERNEL_CASES = {
         (1, 10, 13, 16), 32, m=4, padding=(0, 0, 0, 0), residual=True, lanes=16
     ),
     "ci16_co17_batch2_vl16_f2": winograd_case((2, 7, 7, 16), 17, lanes=16),
+    "s2_ci17_co17_odd_asym_batch2_residual_f2": winograd_case(
+        (2, 9, 11, 17), 17, padding=(2, 1, 0, 1), residual=True, stride=2
+    ),
+    # 3x8 out: the second F(4x4) tile column's input ends before the 18-wide map does
+    "s2_ci16_co17_nopad_residual_vl16_f4": winograd_case(
+        (1, 8, 18, 16), 17, m=4, padding=(0, 0, 0, 0), residual=True, lanes=16, stride=2
+    ),
+    "s2_ci32_co32_map28_leaky_f4": winograd_case(
+        (1, 28, 28, 32), 32, m=4, activation="leaky_relu", stride=2
+    ),
 }
 
 
@@ -76,7 +88,7 @@ def _inputs(spec, rng):
 
 
 def _reference(spec, x, w, b, r):
-    out = conv2d_nhwc(x, w, padding=spec.padding)
+    out = conv2d_nhwc(x, w, strides=spec.strides, padding=spec.padding)
     out = out + b if spec.bias is not None else out
     out = out + r if spec.residual is not None else out
     return ACTIVATIONS[spec.activation](out, spec.alpha)
@@ -91,7 +103,7 @@ def _run_kernel(spec, rng, target):
     x, w, b, r = _inputs(spec, rng)
     func = kernel.prim_func(spec, cores=CORES)
     lib = tvm.compile(tvm.IRModule({"main": func}), target=target)
-    args = [x, weights.transform_hwio(w, spec.winograd_tile, spec.lanes)]
+    args = [x, weights.transform_hwio(w, spec.winograd_tile, spec.lanes, spec.strides[0])]
     args += [b] if spec.bias is not None else []
     args += [r] if spec.residual is not None else []
     out = tvm.runtime.empty(spec.out.shape, "float32")
@@ -135,7 +147,7 @@ def test_input_transform_is_parallel_over_tiles(name, up_front):
     loops = [sch.get(loop) for loop in sch.get_loops(sch.get_sblock("wino_v"))]
     kinds = [int(loop.kind) for loop in loops]
     assert kinds.count(int(tirx.ForKind.PARALLEL)) == 1
-    alpha = spec.winograd_tile + 2
+    alpha = weights.points(spec.winograd_tile, spec.strides[0])
     unrolled = [int(loop.extent) for loop in loops if int(loop.kind) == int(tirx.ForKind.UNROLLED)]
     assert unrolled == [alpha, alpha]
 
@@ -175,7 +187,12 @@ def _graph(spec, w, b, weight_is_input=False):
     def body(bb, data, *rest):
         weight = rest[0] if weight_is_input else relax.const(w)
         conv = relax.op.nn.conv2d(
-            data, weight, padding=spec.padding, data_layout="NHWC", kernel_layout="HWIO"
+            data,
+            weight,
+            strides=spec.strides,
+            padding=spec.padding,
+            data_layout="NHWC",
+            kernel_layout="HWIO",
         )
         y = bb.emit(conv)
         if spec.bias is not None:
@@ -194,6 +211,9 @@ GRAPH_CASES = {
         (1, 11, 9, 17), 16, m=4, padding=(0, 2, 1, 0), residual=True, activation="leaky_relu"
     ),
     "ci64_co64_map14_sigmoid_f4": winograd_case((1, 14, 14, 64), 64, m=4, activation="sigmoid"),
+    "s2_ci17_co17_odd_asym_batch2_residual_f2": KERNEL_CASES[
+        "s2_ci17_co17_odd_asym_batch2_residual_f2"
+    ],
 }
 
 
@@ -205,7 +225,8 @@ def test_build_matches_float64_reference(case, force_tile, rng, target):
     mod = _graph(case, w, b)
     (spec,) = tfr.describe(tfr.optimize(mod, target=target))
     assert (spec.algorithm, spec.winograd_tile) == ("winograd", m)
-    assert spec.weight.layout == weights.winograd_layout(m, compat.simd_lanes(target))
+    lanes = compat.simd_lanes(target)
+    assert spec.weight.layout == weights.winograd_layout(m, lanes, case.strides[0])
     inputs = [x, r] if case.residual is not None else [x]
     got = run(tfr.build(mod, target=target), *inputs)
     _check(got, _reference(case, x, w, b, r), m)

@@ -1,6 +1,6 @@
 """The ``algorithm`` and ``precision`` options of both backends' build, optimize and pipeline.
 
-``algorithm``: ``"auto"`` (each 3x3 stride-1 conv runs as Winograd where the cost model,
+``algorithm``: ``"auto"`` (each 3x3 conv of stride 1 or 2 runs as Winograd where the cost model,
 ``schedules.winograd_tiling``, expects it to pay) or ``"direct"`` (never Winograd).
 ``precision``: ``"default"`` (F(2x2) and F(4x4)) or ``"high"`` (F(2x2) only: its error is ~10x
 smaller). Plain Python, so that the Relay and the Relax backend check and read them alike.

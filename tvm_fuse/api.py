@@ -142,8 +142,8 @@ def build(
     kernels without a record use the analytic default. TopHub is never consulted
     (``dispatch.build_context``). ``memory="plan"`` gives the graph executor tvm_fuse's storage
     assignment where it is smaller than TVM's (``tvm_fuse.memory.apply``); ``"tvm"`` keeps TVM's.
-    ``algorithm``: ``"auto"`` (3x3 stride-1 convs run as Winograd where the cost model expects it
-    to pay) or ``"direct"``; ``precision``: ``"default"`` or ``"high"`` (F(2x2) only).
+    ``algorithm``: ``"auto"`` (3x3 convs of stride 1 or 2 run as Winograd where the cost model
+    expects it to pay) or ``"direct"``; ``precision``: ``"default"`` or ``"high"`` (F(2x2) only).
     """
     check_memory_mode(memory)
     check_options(algorithm, precision)

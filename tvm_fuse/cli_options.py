@@ -37,8 +37,8 @@ def add_algorithm_options(command: argparse.ArgumentParser) -> None:
         "--algorithm",
         choices=["auto", "direct"],
         default="auto",
-        help="auto: Winograd for the 3x3 stride-1 convs where the cost model expects it to pay "
-        "(default); direct: the direct kernel everywhere",
+        help="auto: Winograd for the 3x3 convs (stride 1 or 2) where the cost model expects it "
+        "to pay (default); direct: the direct kernel everywhere",
     )
     command.add_argument(
         "--precision",

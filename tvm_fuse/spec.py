@@ -51,7 +51,7 @@ ACTIVATIONS = {
 }
 
 
-#: How a fused kernel computes the conv: "direct" (any conv), "winograd" (3x3, stride 1).
+#: How a fused kernel computes the conv: "direct" (any conv), "winograd" (3x3, stride 1 or 2).
 ALGORITHMS = ("direct", "winograd")
 
 _LANES = re.compile(r"(\d+)o$")

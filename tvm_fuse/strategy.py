@@ -84,7 +84,7 @@ def fast_path_refusal(spec: KernelSpec, target) -> str | None:
 def winograd_tile(spec: KernelSpec, target, tiles=winograd_tiling.TILES) -> int:
     """m of the Winograd F(m x m, 3x3) kernel (one of ``tiles``) the cost model expects to be
     faster than the direct kernel for ``spec`` on ``target``, or 0 (direct). Winograd applies to
-    3x3 stride-1 dilation-1 convs on an HWIO weight where the fast path applies."""
+    3x3 dilation-1 convs of stride 1 or 2 on an HWIO weight where the fast path applies."""
     if fast_path_refusal(spec, target):
         return 0
     cores = int(target.attrs.get("num-cores", 0))
@@ -120,6 +120,7 @@ def winograd_weight_expr(weight, spec: KernelSpec, wanted: KernelSpec):
     """Relay ops computing the Winograd-domain weight of ``wanted`` from the HWIO ``weight`` of
     ``spec`` (``U = G g G^T`` in float64, Co padded, laid out for the kernel)."""
     args = (wanted.winograd_tile, wanted.lanes, spec.in_channels, spec.out_channels)
+    args += (wanted.strides[0],)
     return winograd_weights.relay_transform(weight, *args)
 
 

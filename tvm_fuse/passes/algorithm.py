@@ -2,10 +2,12 @@
 
 Where it sits: after ``FuseConvBiasAct`` and before ``PackWeights`` in ``tvm_fuse.pipeline()``.
 For each fused call on an HWIO weight whose spec says "direct" it asks the meeting point
-``strategy.winograd_tile(spec, target, tiles)``: 3x3, stride 1, dilation 1 convs where the fast
-path applies, and where the kernel half's cost model expects Winograd to be clearly faster
-(enough channels, a map of more than a few tiles). Those calls get ``algorithm="winograd"`` and
-``winograd_tile=m`` in their spec; ``PackWeights`` then transforms their weight at compile time.
+``strategy.winograd_tile(spec, target, tiles)``: 3x3 convs of stride 1 or 2 and dilation 1 where the
+fast path applies, and where the kernel half's cost model expects Winograd to be clearly faster
+(enough channels, a map of more than a few tiles; at stride 2 the polyphase form, whose weight is
+25/9 or 81/9 the direct one, pays on larger maps than at stride 1). Those calls get
+``algorithm="winograd"`` and ``winograd_tile=m`` in their spec; ``PackWeights`` then transforms
+their weight at compile time.
 ``algorithm="direct"`` leaves every call direct. ``precision`` chooses the tiles the model may
 pick: ``"default"`` F(2x2) and F(4x4), ``"high"`` F(2x2) only (its error is ~10x smaller).
 A call already decided (a Winograd spec, or a weight packed already) is left as it is, so the

@@ -65,7 +65,9 @@ def packed_weight_expr(weight: relay.Expr, spec: KernelSpec, wanted: KernelSpec)
 def _packed_array(weight: np.ndarray, wanted: KernelSpec) -> np.ndarray:
     """The NumPy forms of the same transforms (the tests check them against the Relay ops)."""
     if wanted.algorithm == "winograd":
-        return winograd_weights.transform_hwio(weight, wanted.winograd_tile, wanted.lanes)
+        return winograd_weights.transform_hwio(
+            weight, wanted.winograd_tile, wanted.lanes, wanted.strides[0]
+        )
     if wanted.depthwise:
         return packing.pack_depthwise_hwio(weight, wanted.lanes)
     return packing.pack_hwio(weight, wanted.lanes)

@@ -55,7 +55,8 @@ def _weight_arg(arg, wanted):
         return arg
     value = compat.constant_value(arg)
     if value is not None and wanted.algorithm == "winograd":
-        return compat.constant(winograd_weights.transform_hwio(value, wanted.winograd_tile, lanes))
+        m, stride = wanted.winograd_tile, wanted.strides[0]
+        return compat.constant(winograd_weights.transform_hwio(value, m, lanes, stride))
     if value is not None:
         return compat.constant(packing.pack_hwio(value, lanes))
     kh, kw, ci, co = compat.tensor_shape(arg)

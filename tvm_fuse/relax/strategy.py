@@ -4,9 +4,9 @@ The Relax counterpart of ``tvm_fuse.strategy`` (which registers a Relay op strat
 imported without Relay), with the same rules and the same refusal sentences: the fast kernel on
 x86 LLVM targets for float32 specs whose output is not tiny, its weight packed as ``OHWI{VL}o``
 (``schedules.packing``), VL from the target's CPU features (``compat.simd_lanes``); else the
-generic kernel on the HWIO weight. Which 3x3 stride-1 convs run as Winograd, and with which tile,
-is the Relay backend's cost model (``schedules.winograd_tiling``); their weight is transformed to
-``WINO{m}_{VL}o`` (``schedules.winograd_weights``).
+generic kernel on the HWIO weight. Which 3x3 convs (stride 1 or 2) run as Winograd, and with
+which tile, is the Relay backend's cost model (``schedules.winograd_tiling``); their weight is
+transformed to ``WINO{m}_{VL}o`` or ``WINO{m}S2_{VL}o`` (``schedules.winograd_weights``).
 """
 
 from __future__ import annotations
