@@ -18,7 +18,7 @@ from tvm import te, topi
 
 from ..spec import KernelSpec
 from .epilogue import apply_epilogue
-from .winograd_weights import points, transform_matrices
+from .winograd_weights import points, transform_matrices, weight_rows
 
 GEMM_TAG = "conv2d_nhwc_winograd_gemm"
 
@@ -115,16 +115,22 @@ def _input_transform(spec: KernelSpec, data, grid: Grid):
 
 def _batched_gemm(spec: KernelSpec, v, weight):
     """``M = V U`` at each of the alpha^2 points, over Ci. The reduction runs over whole
-    vectors of Ci too: V's padded channels are zero and multiply the weight's last real row."""
+    vectors of Ci too: V's padded channels are zero and multiply the weight's last real row.
+    At stride 2 the odd points of an axis share the weight's row m + 1 (``winograd_weights``)."""
     ci, ci_pad, lanes = spec.in_channels, int(v.shape[5]), spec.lanes
     rc = te.reduce_axis((0, ci_pad), name="rc")
     row = rc if ci == ci_pad else te.min(rc, ci - 1)
     out_dtype = spec.out.dtype
+    last = weight_rows(spec.winograd_tile) - 1
+
+    def point(e):
+        return e if spec.strides == (1, 1) else te.min(e, last)
+
     return te.compute(
         (*v.shape[:5], spec.weight.shape[2] * lanes),
         lambda e, nu, b, blk, q, co: te.sum(
             v[e, nu, b, blk, q, rc].astype(out_dtype)
-            * weight[e, nu, co // lanes, row, co % lanes].astype(out_dtype),
+            * weight[point(e), point(nu), co // lanes, row, co % lanes].astype(out_dtype),
             axis=rc,
         ),
         name="wino_m",

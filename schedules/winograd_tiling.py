@@ -123,7 +123,7 @@ def estimated_ns(
     else:
         alpha, tiles = winograd_weights.points(m, stride), n * -(-ho // m) * -(-wo // m)
         macs = alpha * alpha * tiles * ci * co_pad
-        weight_bytes = alpha * alpha * ci * co_pad * 4
+        weight_bytes = winograd_weights.weight_rows(m) ** 2 * ci * co_pad * 4
         transformed = alpha * alpha * tiles * (ci + co_pad)
         transformed *= STRIDED_TRANSFORM_SHARE if stride == 2 else 1.0
     compute = macs / macs_per_ns + transformed * TRANSFORM_NS / cores

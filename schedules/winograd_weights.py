@@ -1,7 +1,7 @@
 """The Winograd-domain weight the Winograd kernel asks for, and the transform that makes it.
 
 F(m x m, 3x3) multiplies in the transformed domain ``U = G g G^T`` (alpha points per axis); the
-weight is transformed once at compile time and laid out ``[alpha, alpha, Co/VL, Ci, VL]``, named
+weight is transformed once at compile time and laid out ``[rows, rows, Co/VL, Ci, VL]``, named
 ``WINO{m}_{VL}o`` (stride 1) or ``WINO{m}S2_{VL}o`` (stride 2): one VL-slice is one vector
 register of output channels, and a (point, Co block) slice is contiguous over Ci, as the kernel's
 GEMM streams it. A Co that is not a multiple of VL is padded with zero output channels.
@@ -13,6 +13,9 @@ Stride 1: alpha = m + 2, TVM's own matrices (Cook-Toom on the interpolation poin
 points), the second needs no transform (m points), so alpha = 2m + 1, which is also the side of
 the input tile: (2m + 1)^2 products per m x m tile instead of 9 m^2 (25 / 36 for F(2x2), 81 /
 144 for F(4x4)), with small exact coefficients (error as the stride-1 tile of the same m or less).
+The m odd points of an axis all carry g1, so the weight stores one of them: rows = m + 2 per
+axis at either stride (``weight_rows``; 16 points for F(2x2), 36 for F(4x4): 1.8x and 4x the
+direct weight, not 2.8x and 9x), and the GEMM reads point e's slice at row ``min(e, m + 1)``.
 
 Two forms of the transform, checked against each other in the tests: a NumPy reference (float64,
 cast to float32) and Relay ops on a weight expression, also in float64, that FoldConstant
@@ -36,6 +39,12 @@ STRIDES = (1, 2)
 def points(m: int, stride: int = 1) -> int:
     """alpha: the points per axis of F(m x m, 3x3) at ``stride``, also its input tile's side."""
     return m + 2 if stride == 1 else 2 * m + 1
+
+
+def weight_rows(m: int) -> int:
+    """The points per axis the transformed weight stores, m + 2 at either stride: stride 1 has
+    m + 2 points; at stride 2 the odd points m+1..2m share row m + 1 (they all carry g1)."""
+    return m + 2
 
 
 @functools.lru_cache(maxsize=None)
@@ -97,15 +106,21 @@ def winograd_spec(spec: KernelSpec, m: int, lanes: int) -> KernelSpec:
 
 
 def transformed_shape(m: int, lanes: int, ci: int, co: int, stride: int = 1) -> tuple[int, ...]:
-    alpha = points(m, stride)
-    return (alpha, alpha, -(-co // lanes), ci, lanes)
+    rows = weight_rows(m)
+    return (rows, rows, -(-co // lanes), ci, lanes)
+
+
+def _weight_matrix(m: int, stride: int) -> np.ndarray:
+    """G's distinct rows, one per weight row (at stride 2 the odd points' rows are one)."""
+    _, _, g_mat = transform_matrices(m, stride)
+    return g_mat[: weight_rows(m)]
 
 
 def transform_hwio(weight: np.ndarray, m: int, lanes: int, stride: int = 1) -> np.ndarray:
     """NumPy reference: ``U = G g G^T`` of an HWIO 3x3 weight in float64 for a conv of
-    ``stride``, Co zero-padded to whole vectors, laid out ``[alpha, alpha, Co/VL, Ci, VL]``,
-    cast to float32."""
-    _, _, g_mat = transform_matrices(m, stride)
+    ``stride``, Co zero-padded to whole vectors, laid out ``[rows, rows, Co/VL, Ci, VL]``
+    (``weight_rows``), cast to float32."""
+    g_mat = _weight_matrix(m, stride)
     alpha = g_mat.shape[0]
     kh, kw, ci, co = weight.shape
     if (kh, kw) != (3, 3):
@@ -124,7 +139,7 @@ def relay_transform(weight, m: int, lanes: int, ci: int, co: int, stride: int = 
     constant (for unbound params, ``relay.build`` does once params are bound)."""
     from tvm import relay  # pylint: disable=import-outside-toplevel
 
-    _, _, g_mat = transform_matrices(m, stride)
+    g_mat = _weight_matrix(m, stride)
     alpha, co_pad = g_mat.shape[0], -(-co // lanes) * lanes
     g = relay.const(g_mat.reshape(alpha, 3, 1), "float64")
 

@@ -294,6 +294,19 @@ def test_stride2_transforms_are_exact_small_numbers():
         weights.transform_matrices(2, 3)
 
 
+@pytest.mark.parametrize("m", [2, 4])
+def test_stride2_weight_stores_the_odd_points_once(m, rng):
+    """G's rows m+1..2m are all g1's (so the weight keeps row m + 1 for them): the stored
+    weight is the full transform with those rows and columns dropped."""
+    _, _, g_mat = weights.transform_matrices(m, 2)
+    assert (g_mat[m + 1 :] == [0.0, 1.0, 0.0]).all()
+    weight = rng.standard_normal((3, 3, 4, 8)).astype("float32")
+    stored = weights.transform_hwio(weight, m, 8, 2)
+    full = np.einsum("ei,ijab,nj->enab", g_mat, weight.astype("float64"), g_mat)
+    rows = [min(e, m + 1) for e in range(2 * m + 1)]
+    np.testing.assert_allclose(stored[np.ix_(rows, rows)][:, :, 0], full, rtol=1e-6)  # Co/VL 1
+
+
 def test_numpy_transform_layout(rng):
     weight = rng.standard_normal((3, 3, 5, 11)).astype("float32")
     u = weights.transform_hwio(weight, 2, 8)
@@ -335,7 +348,8 @@ def test_layout_names_the_lanes_and_tile():
     assert wino.kernel_size == (3, 3) and wino.out_channels == 20 and wino.out == spec.out
     strided = KernelSpec.conv((1, 14, 14, 16), (3, 3, 16, 20), (2, 2), (1, 1, 1, 1))
     wino = weights.winograd_spec(strided, 2, 16)
-    assert wino.weight.layout == "WINO2S2_16o" and wino.weight.shape == (5, 5, 2, 16, 16)
+    # alpha = 5 points per axis, of which the 2 odd ones share one weight row
+    assert wino.weight.layout == "WINO2S2_16o" and wino.weight.shape == (4, 4, 2, 16, 16)
     assert wino.out.shape == (1, 7, 7, 20) and wino.strides == (2, 2)
 
 
