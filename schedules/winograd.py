@@ -4,7 +4,7 @@ F(m x m, 3x3) computes each m x m output tile from an alpha x alpha input tile w
 products per channel pair instead of ``9 m^2``: alpha = m + 2 at stride 1, 2m + 1 at stride 2
 (the polyphase form of ``schedules.winograd_weights``). The weight arrives already in the
 Winograd domain, ``U = G g G^T`` computed at compile time (``schedules.winograd_weights``), laid
-out ``[alpha, alpha, Co/VL, Ci, VL]`` (``WINO{m}_{VL}o``, ``WINO{m}S2_{VL}o``). Per parallel
+out ``[m+2, m+2, Co/VL, Ci, VL]`` (``WINO{m}_{VL}o``, ``WINO{m}S2_{VL}o``). Per parallel
 block of tiles (``block_rows`` whole tile rows x a chunk of ``Co / co_chunks`` channels) the kernel:
 
 - transforms the block's input tiles, ``V = B^T d B``, vectorized over Ci (NHWC keeps it
@@ -42,7 +42,7 @@ WORKLOAD_FIELDS += ("lanes", "winograd_tile", "strides")
 
 
 def compute(spec: KernelSpec, data, weight, bias, residual):
-    """The Winograd kernel of ``spec`` on its ``[alpha, alpha, Co/VL, Ci, VL]`` weight.
+    """The Winograd kernel of ``spec`` on its ``[m+2, m+2, Co/VL, Ci, VL]`` weight.
 
     The template sees the logical task: the weight enters as an HWIO stand-in over the
     transformed tensor (never computed: the template reads the tensor under it), so the AutoTVM

@@ -2,7 +2,7 @@
 
 The Relay backend's AutoTVM template (``schedules.winograd``) and the Relax backend's TensorIR
 kernel (``tvm_fuse.relax.winograd``, through ``te.create_prim_func``) compute exactly this: NHWC
-data, the ``[alpha, alpha, Co/VL, Ci, VL]`` Winograd-domain weight (``schedules.winograd_weights``),
+data, the ``[m+2, m+2, Co/VL, Ci, VL]`` Winograd-domain weight (``schedules.winograd_weights``),
 the epilogue of ``schedules.epilogue``; stride 1 or 2 (the stride sets the transforms' matrices
 and how far apart the input tiles are). The stages, by name: ``data_pad``; ``wino_rows`` and
 ``wino_v`` (the input transform ``V = B^T d B``); ``wino_m`` (the alpha^2 GEMMs ``M = V U``);

@@ -121,14 +121,14 @@ def transform_hwio(weight: np.ndarray, m: int, lanes: int, stride: int = 1) -> n
     ``stride``, Co zero-padded to whole vectors, laid out ``[rows, rows, Co/VL, Ci, VL]``
     (``weight_rows``), cast to float32."""
     g_mat = _weight_matrix(m, stride)
-    alpha = g_mat.shape[0]
+    rows = g_mat.shape[0]
     kh, kw, ci, co = weight.shape
     if (kh, kw) != (3, 3):
         raise ValueError(f"Winograd weight transform: needs a 3x3 HWIO weight, got {weight.shape}")
     u = np.einsum("ei,ijab,nj->enab", g_mat, weight.astype("float64"), g_mat)
     co_pad = -(-co // lanes) * lanes
     u = np.pad(u, ((0, 0), (0, 0), (0, 0), (0, co_pad - co)))
-    u = u.reshape(alpha, alpha, ci, co_pad // lanes, lanes).transpose(0, 1, 3, 2, 4)
+    u = u.reshape(rows, rows, ci, co_pad // lanes, lanes).transpose(0, 1, 3, 2, 4)
     return np.ascontiguousarray(u, dtype="float32")
 
 
@@ -140,8 +140,8 @@ def relay_transform(weight, m: int, lanes: int, ci: int, co: int, stride: int = 
     from tvm import relay  # pylint: disable=import-outside-toplevel
 
     g_mat = _weight_matrix(m, stride)
-    alpha, co_pad = g_mat.shape[0], -(-co // lanes) * lanes
-    g = relay.const(g_mat.reshape(alpha, 3, 1), "float64")
+    rows, co_pad = g_mat.shape[0], -(-co // lanes) * lanes
+    g = relay.const(g_mat.reshape(rows, 3, 1), "float64")
 
     def times_g(x):  # G x over the first axis of a [3, N] x: a broadcast product and a sum
         return relay.sum(g * relay.expand_dims(x, 0), axis=1)
@@ -150,7 +150,7 @@ def relay_transform(weight, m: int, lanes: int, ci: int, co: int, stride: int = 
     if co_pad != co:
         x = relay.nn.pad(x, ((0, 0), (0, 0), (0, 0), (0, co_pad - co)))
     x = times_g(relay.reshape(x, (3, 3 * ci * co_pad)))  # [e, j * ci * co]
-    x = relay.transpose(relay.reshape(x, (alpha, 3, ci * co_pad)), (1, 0, 2))  # [j, e, ...]
-    x = times_g(relay.reshape(x, (3, alpha * ci * co_pad)))  # [nu, e * ci * co]
-    x = relay.reshape(x, (alpha, alpha, ci, co_pad // lanes, lanes))  # [nu, e, ci, cb, l]
+    x = relay.transpose(relay.reshape(x, (rows, 3, ci * co_pad)), (1, 0, 2))  # [j, e, ...]
+    x = times_g(relay.reshape(x, (3, rows * ci * co_pad)))  # [nu, e * ci * co]
+    x = relay.reshape(x, (rows, rows, ci, co_pad // lanes, lanes))  # [nu, e, ci, cb, l]
     return relay.cast(relay.transpose(x, (1, 0, 3, 2, 4)), "float32")
