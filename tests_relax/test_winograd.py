@@ -67,6 +67,11 @@ KERNEL_CASES = {
     "s2_ci32_co32_map28_leaky_f4": winograd_case(
         (1, 28, 28, 32), 32, m=4, activation="leaky_relu", stride=2
     ),
+    # a grid of one tile (its tile loop is a unit loop): at stride 1 and 2
+    "one_tile_ci16_co17_map4_vl16_f4": winograd_case((1, 4, 4, 16), 17, m=4, lanes=16),
+    "one_tile_s2_ci16_co17_nopad_residual_f4": winograd_case(
+        (1, 8, 10, 16), 17, m=4, padding=(0, 0, 0, 0), residual=True, lanes=16, stride=2
+    ),
 }
 
 

@@ -36,6 +36,8 @@ def schedule(sch, spec: KernelSpec, plan: winograd_tiling.Plan, blocks: dict, ou
     (``blocks``: its blocks by name; ``out``: the block that stores the output, the output
     transform inlined into its epilogue)."""
     m, lanes = spec.winograd_tile, spec.lanes
+    # every compute_at keeps unit loops (preserve_unit_loops): the loops below are picked from
+    # the end of a block's nest, and a grid of one tile would otherwise drop its tile loop
     chunk, tile_co = winograd_tiling.chunk_and_tile_co(
         spec.weight.shape[2], plan.co_chunks, plan.tile_co
     )
@@ -55,7 +57,7 @@ def schedule(sch, spec: KernelSpec, plan: winograd_tiling.Plan, blocks: dict, ou
 
     # the output transform of one tile and vector
     cols = blocks["wino_cols"]
-    sch.compute_at(cols, cvi)
+    sch.compute_at(cols, cvi, preserve_unit_loops=True)
     *_, e, xx, co = sch.get_loops(cols)
     sch.unroll(e)
     sch.unroll(xx)
@@ -63,12 +65,12 @@ def schedule(sch, spec: KernelSpec, plan: winograd_tiling.Plan, blocks: dict, ou
 
     gemm = blocks["wino_m"]
     copy = sch.cache_write(gemm, 0, "local")
-    sch.compute_at(copy, block)
+    sch.compute_at(copy, block, preserve_unit_loops=True)
     _schedule_gemm(sch, gemm, copy, plan.tile_p, tile_co, lanes)
 
     v, rows = blocks["wino_v"], blocks["wino_rows"]
     if not plan.v_root:
-        sch.compute_at(v, block)
+        sch.compute_at(v, block, preserve_unit_loops=True)
     _schedule_input(sch, v, rows, lanes, up_front=bool(plan.v_root))
     pad = blocks["data_pad"]
     pb, ph, _, _ = sch.get_loops(pad)
@@ -79,14 +81,14 @@ def _schedule_gemm(sch, gemm, copy, tile_p, tile_co, lanes):
     """The GEMMs of a block: register tiles of tile_p tiles x tile_co vectors, accumulated in a
     local buffer (``gemm``) with the reduction outside and copied to the block's M (``copy``);
     the weight slice of a Co block is reused across the tiles."""
-    e, nu, q, co = sch.get_loops(copy)[-4:]
+    e, nu, _, _, q, co = sch.get_loops(copy)[-6:]  # (e, nu, batch, block, tile, Co)
     co_b, co_v, co_l = sch.split(co, [None, tile_co, lanes])
     tw_o, tw_i = sch.split(q, [None, tile_p])
     sch.reorder(e, nu, co_b, tw_o, tw_i, co_v, co_l)
     sch.unroll(tw_i)
     sch.unroll(co_v)
     sch.vectorize(co_l)
-    sch.compute_at(gemm, tw_o)
+    sch.compute_at(gemm, tw_o, preserve_unit_loops=True)
     ltw, lco, rc = sch.get_loops(gemm)[-3:]
     lco_v, lco_l = sch.split(lco, [None, lanes])
     sch.reorder(rc, ltw, lco_v, lco_l)
@@ -103,7 +105,7 @@ def _schedule_input(sch, v, rows, lanes, up_front):
         e, nu, b, blk, q, c = sch.get_loops(v)
         tiles = sch.fuse(b, blk, q)
     else:
-        e, nu, tiles, c = sch.get_loops(v)[-4:]
+        e, nu, _, _, tiles, c = sch.get_loops(v)[-6:]  # the batch and block: unit loops
     c_o, c_l = sch.split(c, [None, lanes])
     sch.reorder(tiles, c_o, e, nu, c_l)
     if up_front:
@@ -111,7 +113,7 @@ def _schedule_input(sch, v, rows, lanes, up_front):
     sch.unroll(e)
     sch.unroll(nu)
     sch.vectorize(c_l)
-    sch.compute_at(rows, c_o)
+    sch.compute_at(rows, c_o, preserve_unit_loops=True)
     r, nu_r, c_r = sch.get_loops(rows)[-3:]
     sch.unroll(r)
     sch.unroll(nu_r)
