@@ -119,9 +119,10 @@ def preferred_spec(spec: KernelSpec, target) -> KernelSpec:
 def winograd_weight_expr(weight, spec: KernelSpec, wanted: KernelSpec):
     """Relay ops computing the Winograd-domain weight of ``wanted`` from the HWIO ``weight`` of
     ``spec`` (``U = G g G^T`` in float64, Co padded, laid out for the kernel)."""
-    args = (wanted.winograd_tile, wanted.lanes, spec.in_channels, spec.out_channels)
-    args += (wanted.strides[0],)
-    return winograd_weights.relay_transform(weight, *args)
+    m, lanes, stride = wanted.winograd_tile, wanted.lanes, wanted.strides[0]
+    return winograd_weights.relay_transform(
+        weight, m, lanes, spec.in_channels, spec.out_channels, stride
+    )
 
 
 # -- the strategy --------------------------------------------------------------------------------

@@ -4,8 +4,8 @@ Where it sits: after ``FuseConvBiasAct`` and before ``PackWeights`` in ``tvm_fus
 For each fused call on an HWIO weight whose spec says "direct" it asks the meeting point
 ``strategy.winograd_tile(spec, target, tiles)``: 3x3 convs of stride 1 or 2 and dilation 1 where the
 fast path applies, and where the kernel half's cost model expects Winograd to be clearly faster
-(enough channels, a map of more than a few tiles; at stride 2 the polyphase form, whose weight is
-25/9 or 81/9 the direct one, pays on larger maps than at stride 1). Those calls get
+(enough channels, a map of more than a few tiles; at stride 2 the polyphase form, which saves
+fewer multiplies from a weight as large, pays on larger maps than at stride 1). Those calls get
 ``algorithm="winograd"`` and ``winograd_tile=m`` in their spec; ``PackWeights`` then transforms
 their weight at compile time.
 ``algorithm="direct"`` leaves every call direct. ``precision`` chooses the tiles the model may
