@@ -4,7 +4,7 @@ F(m x m, 3x3) computes each m x m output tile from an alpha x alpha input tile w
 products per channel pair instead of ``9 m^2``: alpha = m + 2 at stride 1, 2m + 1 at stride 2
 (the polyphase form of ``schedules.winograd_weights``). The weight arrives already in the
 Winograd domain, ``U = G g G^T`` computed at compile time (``schedules.winograd_weights``), laid
-out ``[m+2, m+2, Co/VL, Ci, VL]`` (``WINO{m}_{VL}o``, ``WINO{m}S2_{VL}o``). Per parallel
+out ``[points, Co/VL, Ci, VL]`` (``WINO{m}_{VL}o``, ``WINO{m}S2_{VL}o``). Per parallel
 block of tiles (``block_rows`` whole tile rows x a chunk of ``Co / co_chunks`` channels) the kernel:
 
 - transforms the block's input tiles, ``V = B^T d B``, vectorized over Ci (NHWC keeps it
@@ -12,7 +12,9 @@ block of tiles (``block_rows`` whole tile rows x a chunk of ``Co / co_chunks`` c
   once up front, where blocks along Co would each repeat it);
 - runs the alpha^2 GEMMs ``M = V U`` over Ci, vectorized over Co with a register tile of
   ``tile_p`` tiles x ``tile_co`` vectors (the direct kernel's scheme, tiles in place of pixels);
-- transforms each tile back, ``Y = A^T M A``, and applies the epilogue before the one store.
+- transforms each tile back, ``Y = A^T M A``, and applies the epilogue before the one store;
+  a tile whose transform is not finite (NaN or Inf in its input) takes the direct conv's values
+  instead, computed on the spot (``schedules.winograd_te``).
 
 Tiles that overhang the map are computed on zero padding and never stored; a Co that is not a
 whole number of vectors arrives zero-padded in the weight, its extra channels are never stored.
@@ -42,11 +44,11 @@ WORKLOAD_FIELDS += ("lanes", "winograd_tile", "strides")
 
 
 def compute(spec: KernelSpec, data, weight, bias, residual):
-    """The Winograd kernel of ``spec`` on its ``[m+2, m+2, Co/VL, Ci, VL]`` weight.
+    """The Winograd kernel of ``spec`` on its ``[points, Co/VL, Ci, VL]`` weight.
 
-    The template sees the logical task: the weight enters as an HWIO stand-in over the
-    transformed tensor (never computed: the template reads the tensor under it), so the AutoTVM
-    workload and the tuning records name the conv as the graph had it."""
+    The template sees the logical task: the weight enters as an HWIO view of the direct taps
+    stored in the transformed tensor (never computed: the template reads the tensor under it),
+    so the AutoTVM workload and the tuning records name the conv as the graph had it."""
     if (
         spec.algorithm != "winograd"
         or spec.lanes is None
@@ -75,12 +77,13 @@ def describe_workload(workload) -> dict:
 
 
 def _hwio_view(spec: KernelSpec, transformed):
-    """A [3, 3, Ci, Co] tensor over the transformed weight, a stand-in for the template's
-    signature only (its values are not the HWIO weight's; nothing computes it)."""
-    lanes = spec.lanes
+    """The [3, 3, Ci, Co] weight as a view of the direct taps in the transformed tensor, for the
+    template's signature (nothing computes it: the template reads the tensor under it)."""
+    lanes, m = spec.lanes, spec.winograd_tile
+    tap = winograd_weights.tap_index
     return te.compute(
         (3, 3, spec.in_channels, spec.out_channels),
-        lambda y, x, i, o: transformed[y, x, o // lanes, i, o % lanes],
+        lambda y, x, i, o: transformed[tap(m, y, x), o // lanes, i, o % lanes],
         name="weight_hwio",
         tag=LOGICAL_WEIGHT_TAG,
     )
@@ -140,7 +143,7 @@ def conv2d_nhwc_winograd_x86(
 def _kernel(cfg, spec: KernelSpec, data, weight, bias, residual):
     """TE of the Winograd kernel (``schedules.winograd_te``) with the knobs of ``cfg``."""
     m, (ho, wo) = spec.winograd_tile, spec.out_hw
-    _define_knobs(cfg, -(-ho // m), -(-wo // m), spec.weight.shape[2], spec.lanes)
+    _define_knobs(cfg, -(-ho // m), -(-wo // m), spec.weight.shape[1], spec.lanes)
     block_rows, tile_p = cfg["block_rows"].val, cfg["tile_p"].val
     return winograd_te.compute(spec, data, weight, bias, residual, block_rows, tile_p)
 
@@ -173,7 +176,7 @@ def _find_stages(out):
 def _schedule_block(cfg, s, out, stages):
     gemm, v, rows_t, cols_t = (stages[k] for k in ("wino_m", "wino_v", "wino_rows", "wino_cols"))
     m = int(cols_t.shape[4])  # cols_t: [N, tile rows, tile cols, alpha, m, Co]
-    lanes = int(gemm.op.input_tensors[1].shape[4])
+    lanes = int(gemm.op.input_tensors[1].shape[3])
     chunk, tile_co = _tile_co(cfg, int(gemm.shape[5]) // lanes)
 
     # the output: parallel blocks (batch, tile rows, Co chunk)
@@ -197,6 +200,7 @@ def _schedule_block(cfg, s, out, stages):
     s[cols_t].unroll(e)
     s[cols_t].unroll(xx)
     s[cols_t].vectorize(co_l)
+    _schedule_fallback(s, out, cvi, stages, lanes)
 
     _schedule_gemm(cfg, s, gemm, lanes, tile_co, chunk)
     s[gemm].compute_at(s[out], block)
@@ -208,6 +212,26 @@ def _schedule_block(cfg, s, out, stages):
     pad = stages.get("data_pad")
     if pad is not None:
         pad_rows_in_parallel(s, pad)
+
+
+def _schedule_fallback(s, out, cvi, stages, lanes):
+    """The non-finite check of a tile and Co vector after its column transform (lanes
+    vectorized, then summed), and the direct conv for it, its lanes vectorized."""
+    check, flag, direct = (stages[k] for k in ("wino_check", "wino_flag", "wino_direct"))
+    s[check].compute_at(s[out], cvi)
+    *_, c = s[check].op.axis
+    _, c_l = s[check].split(c, lanes)
+    e, x = s[check].op.reduce_axis
+    s[check].reorder(e, x, c_l)
+    s[check].unroll(e)
+    s[check].unroll(x)
+    s[check].vectorize(c_l)
+    s[flag].compute_at(s[out], cvi)
+    s[flag].unroll(s[flag].op.reduce_axis[0])
+    s[direct].compute_at(s[out], cvi)
+    _, y, x, c = s[direct].op.axis
+    s[direct].reorder(*s[direct].op.reduce_axis, y, x, c)
+    s[direct].vectorize(c)
 
 
 def _schedule_gemm(cfg, s, gemm, lanes, tile_co, chunk):
@@ -229,7 +253,7 @@ def _schedule_gemm(cfg, s, gemm, lanes, tile_co, chunk):
     (rc,) = s[local].op.reduce_axis
     lco_v, lco_l = s[local].split(lco, lanes)
     s[local].reorder(rc, ltw, lco_v, lco_l)
-    _, _, co_vectors, ci, _ = (int(d) for d in gemm.op.input_tensors[1].shape)
+    _, co_vectors, ci, _ = (int(d) for d in gemm.op.input_tensors[1].shape)
     ahead = (tile_co if chunk > tile_co else co_vectors) * ci * lanes
     if tiling.prefetches_next_slice(tile_co * ci * lanes):
         lowering.mark(s[local], rc, ahead)

@@ -2,11 +2,25 @@
 
 The Relay backend's AutoTVM template (``schedules.winograd``) and the Relax backend's TensorIR
 kernel (``tvm_fuse.relax.winograd``, through ``te.create_prim_func``) compute exactly this: NHWC
-data, the ``[m+2, m+2, Co/VL, Ci, VL]`` Winograd-domain weight (``schedules.winograd_weights``),
+data, the ``[points, Co/VL, Ci, VL]`` Winograd-domain weight (``schedules.winograd_weights``),
 the epilogue of ``schedules.epilogue``; stride 1 or 2 (the stride sets the transforms' matrices
 and how far apart the input tiles are). The stages, by name: ``data_pad``; ``wino_rows`` and
 ``wino_v`` (the input transform ``V = B^T d B``); ``wino_m`` (the alpha^2 GEMMs ``M = V U``);
-``wino_cols`` and ``wino_acc`` (the output transform ``Y = A^T M A``); the epilogue.
+``wino_cols`` and ``wino_acc`` (the output transform ``Y = A^T M A``); the epilogue; and the
+non-finite fallback, ``wino_check``, ``wino_flag`` and ``wino_direct`` (below).
+
+NaN and Inf: the transforms add and subtract a tile's inputs, so one Inf would come out as NaN
+across its tile where the direct conv gives +-Inf, and a NaN would spread over the tile. Every
+non-finite input a tile reads makes some of its column transform non-finite (each input reaches
+some point of ``B^T d B`` with a non-zero coefficient, each point some column with one, and
+``x * Inf`` and ``Inf - Inf`` are never finite), so the kernel sums the column transform of each
+tile and Co vector (``wino_check``, per lane; ``wino_flag``, over the lanes). Where that sum is
+not finite, the tile's outputs for those channels are the direct conv's (``wino_direct``, on the
+exact taps stored with the weight), so NaN and +-Inf come out where and as the direct conv gives
+them; the epilogue follows as for any tile. The fallback's sum is a select on the flag inside the
+reduction (not a reduction's ``where``, which the Relax stack's ``te.create_prim_func`` drops):
+the flag does not change in its loops, so LLVM moves the test out of them and a finite tile
+skips them (measured: 0-3 % on the kernel's time).
 
 The parallel block's shape changes the computation itself (the tiles of ``block_rows`` tile rows
 form one axis, padded to whole register tiles of ``tile_p``), so those two are arguments here.
@@ -18,7 +32,7 @@ from tvm import te, topi
 
 from ..spec import KernelSpec
 from .epilogue import apply_epilogue
-from .winograd_weights import points, transform_matrices, weight_rows
+from .winograd_weights import point_index, points, tap_index, transform_matrices, weight_rows
 
 GEMM_TAG = "conv2d_nhwc_winograd_gemm"
 
@@ -30,9 +44,9 @@ def compute(spec: KernelSpec, data, weight, bias, residual, block_rows: int, til
     The tiles of a block are one axis ``q``, padded to whole register tiles; the padding tiles
     repeat the block's last tile and are never stored."""
     grid = Grid(spec, block_rows, tile_p)
-    v = _input_transform(spec, data, grid)
+    dpad, v = _input_transform(spec, data, grid)
     gemm = _batched_gemm(spec, v, weight)
-    acc = _output_transform(spec, gemm, grid)
+    acc = _output_transform(spec, gemm, grid, _Fallback(spec, dpad, weight, grid))
     return apply_epilogue(acc, bias, residual, spec.activation, spec.alpha)
 
 
@@ -85,8 +99,8 @@ def _sparse_sum(column, term, dtype):
 
 
 def _input_transform(spec: KernelSpec, data, grid: Grid):
-    """``V = B^T d B`` of every tile, ``[alpha, alpha, N, blocks, per_block, Ci]`` (Ci padded to
-    whole vectors with zeros), through the row transform ``d B``."""
+    """The padded input and ``V = B^T d B`` of every tile, ``[alpha, alpha, N, blocks,
+    per_block, Ci]`` (Ci padded to whole vectors with zeros), through the row transform ``d B``."""
     n, h, w, ci = spec.data.shape
     lanes, size, step = spec.lanes, grid.alpha, grid.m * grid.stride
     _, b_mat, _ = transform_matrices(grid.m, grid.stride)
@@ -104,7 +118,7 @@ def _input_transform(spec: KernelSpec, data, grid: Grid):
 
     tiles = (n, grid.blocks, grid.per_block)
     rows_t = te.compute((*tiles, size, size, ci_pad), row_transform, name="wino_rows")
-    return te.compute(
+    return dpad, te.compute(
         (size, size, *tiles, ci_pad),
         lambda e, nu, b, blk, q, c: _combine(
             b_mat, e, lambda r: rows_t[b, blk, q, r, nu, c], data.dtype
@@ -117,20 +131,22 @@ def _batched_gemm(spec: KernelSpec, v, weight):
     """``M = V U`` at each of the alpha^2 points, over Ci. The reduction runs over whole
     vectors of Ci too: V's padded channels are zero and multiply the weight's last real row.
     At stride 2 the odd points of an axis share the weight's row m + 1 (``winograd_weights``)."""
-    ci, ci_pad, lanes = spec.in_channels, int(v.shape[5]), spec.lanes
+    ci, ci_pad, lanes, m = spec.in_channels, int(v.shape[5]), spec.lanes, spec.winograd_tile
     rc = te.reduce_axis((0, ci_pad), name="rc")
     row = rc if ci == ci_pad else te.min(rc, ci - 1)
     out_dtype = spec.out.dtype
-    last = weight_rows(spec.winograd_tile) - 1
+    last = weight_rows(m) - 1
 
     def point(e):
         return e if spec.strides == (1, 1) else te.min(e, last)
 
     return te.compute(
-        (*v.shape[:5], spec.weight.shape[2] * lanes),
+        (*v.shape[:5], spec.weight.shape[1] * lanes),
         lambda e, nu, b, blk, q, co: te.sum(
             v[e, nu, b, blk, q, rc].astype(out_dtype)
-            * weight[point(e), point(nu), co // lanes, row, co % lanes].astype(out_dtype),
+            * weight[point_index(m, point(e), point(nu)), co // lanes, row, co % lanes].astype(
+                out_dtype
+            ),
             axis=rc,
         ),
         name="wino_m",
@@ -138,8 +154,58 @@ def _batched_gemm(spec: KernelSpec, v, weight):
     )
 
 
-def _output_transform(spec: KernelSpec, gemm, grid: Grid):
-    """``Y = A^T M A`` of every tile, through the column transform ``M A``, cut to the output."""
+class _Fallback:
+    """The direct conv for the tiles whose input holds NaN or Inf (module docstring)."""
+
+    def __init__(self, spec: KernelSpec, dpad, weight, grid: Grid):
+        self.spec, self.dpad, self.weight, self.grid = spec, dpad, weight, grid
+
+    def flags(self, cols_t):
+        """Per tile and Co vector, the sum of its column transform (finite: Winograd's values)."""
+        lanes = self.spec.lanes
+        n, nh, nw, size, m, channels = (int(d) for d in cols_t.shape)
+        e = te.reduce_axis((0, size), name="e_check")
+        x = te.reduce_axis((0, m), name="x_check")
+        lane_sums = te.compute(
+            (n, nh, nw, channels),
+            lambda b, th, tw, c: te.sum(cols_t[b, th, tw, e, x, c], axis=[e, x]),
+            name="wino_check",
+        )
+        lane = te.reduce_axis((0, lanes), name="lane_check")
+        return te.compute(
+            (n, nh, nw, channels // lanes),
+            lambda b, th, tw, cv: te.sum(lane_sums[b, th, tw, cv * lanes + lane], axis=lane),
+            name="wino_flag",
+        )
+
+    def direct(self, winograd_is_finite):
+        """The direct conv on the stored taps, its sum zero where ``winograd_is_finite(b, y, x,
+        c)`` (a condition the loops leave unchanged: one test per tile and vector)."""
+        spec, dpad, weight, stride = self.spec, self.dpad, self.weight, self.grid.stride
+        lanes, m, dtype = spec.lanes, spec.winograd_tile, spec.out.dtype
+        rc = te.reduce_axis((0, spec.in_channels), name="rc_direct")
+        kh = te.reduce_axis((0, 3), name="kh_direct")
+        kw = te.reduce_axis((0, 3), name="kw_direct")
+
+        def product(b, y, x, c):
+            tap = weight[tap_index(m, kh, kw), c // lanes, rc, c % lanes].astype(dtype)
+            return dpad[b, y * stride + kh, x * stride + kw, rc].astype(dtype) * tap
+
+        return te.compute(
+            spec.out.shape,
+            lambda b, y, x, c: te.sum(
+                te.if_then_else(
+                    winograd_is_finite(b, y, x, c), te.const(0, dtype), product(b, y, x, c)
+                ),
+                axis=[rc, kh, kw],
+            ),
+            name="wino_direct",
+        )
+
+
+def _output_transform(spec: KernelSpec, gemm, grid: Grid, fallback: _Fallback):
+    """``Y = A^T M A`` of every tile, through the column transform ``M A``, cut to the output;
+    the direct conv's values where the tile's column transform is not finite."""
     m, size, rows, nw = grid.m, grid.alpha, grid.rows, grid.nw
     a_mat, _, _ = transform_matrices(m, grid.stride)
 
@@ -147,13 +213,21 @@ def _output_transform(spec: KernelSpec, gemm, grid: Grid):
         q = th % rows * nw + tw
         return _combine(a_mat, x, lambda nu: gemm[e, nu, b, th // rows, q, co], gemm.dtype)
 
-    n, channels = spec.data.shape[0], spec.out_channels
+    n, channels, lanes = spec.data.shape[0], spec.out_channels, spec.lanes
     shape = (n, grid.nh, nw, size, m, int(gemm.shape[5]))
     cols_t = te.compute(shape, col_transform, name="wino_cols")
+    flags = fallback.flags(cols_t)
+
+    def winograd_is_finite(b, y, x, c):
+        return te.isfinite(flags[b, y // m, x // m, c // lanes])
+
+    direct = fallback.direct(winograd_is_finite)
     return te.compute(
         (n, *spec.out_hw, channels),
-        lambda b, y, x, c: _combine(
-            a_mat, y % m, lambda e: cols_t[b, y // m, x // m, e, x % m, c], gemm.dtype
+        lambda b, y, x, c: te.if_then_else(
+            winograd_is_finite(b, y, x, c),
+            _combine(a_mat, y % m, lambda e: cols_t[b, y // m, x // m, e, x % m, c], gemm.dtype),
+            direct[b, y, x, c],
         ),
         name="wino_acc",
     )

@@ -1,7 +1,7 @@
 """The Winograd-domain weight the Winograd kernel asks for, and the transform that makes it.
 
 F(m x m, 3x3) multiplies in the transformed domain ``U = G g G^T`` (alpha points per axis); the
-weight is transformed once at compile time and laid out ``[rows, rows, Co/VL, Ci, VL]``, named
+weight is transformed once at compile time and laid out ``[points, Co/VL, Ci, VL]``, named
 ``WINO{m}_{VL}o`` (stride 1) or ``WINO{m}S2_{VL}o`` (stride 2): one VL-slice is one vector
 register of output channels, and a (point, Co block) slice is contiguous over Ci, as the kernel's
 GEMM streams it. A Co that is not a multiple of VL is padded with zero output channels.
@@ -15,7 +15,14 @@ the input tile: (2m + 1)^2 products per m x m tile instead of 9 m^2 (25 / 36 for
 144 for F(4x4)), with small exact coefficients (error as the stride-1 tile of the same m or less).
 The m odd points of an axis all carry g1, so the weight stores one of them: rows = m + 2 per
 axis at either stride (``weight_rows``; 16 points for F(2x2), 36 for F(4x4): 1.8x and 4x the
-direct weight, not 2.8x and 9x), and the GEMM reads point e's slice at row ``min(e, m + 1)``.
+direct weight, not 2.8x and 9x), and the GEMM reads point (e, nu)'s slice at row ``min(e, m + 1)``
+and column ``min(nu, m + 1)``.
+
+After the ``rows^2`` points the weight stores the conv's own 9 taps (``DIRECT_TAPS``, exact
+float32): the kernel's fallback for a tile whose input holds NaN or Inf computes the direct conv
+on them (``schedules.winograd_te``). They are read only then, so they cost memory, not time. The
+stored weight is ``[rows^2 + 9, Co/VL, Ci, VL]``: point (e, nu) at ``point_index``, tap (kh, kw)
+at ``tap_index``.
 
 Two forms of the transform, checked against each other in the tests: a NumPy reference (float64,
 cast to float32) and Relay ops on a weight expression, also in float64, that FoldConstant
@@ -45,6 +52,26 @@ def weight_rows(m: int) -> int:
     """The points per axis the transformed weight stores, m + 2 at either stride: stride 1 has
     m + 2 points; at stride 2 the odd points m+1..2m share row m + 1 (they all carry g1)."""
     return m + 2
+
+
+#: The direct conv's taps (3x3), stored after the Winograd points for the non-finite fallback.
+DIRECT_TAPS = 9
+
+
+def stored_points(m: int) -> int:
+    """The slices of the stored weight: ``weight_rows(m)^2`` Winograd points, the direct taps."""
+    return weight_rows(m) ** 2 + DIRECT_TAPS
+
+
+def point_index(m: int, row, col):
+    """The stored slice of Winograd point (``row``, ``col``), both < ``weight_rows(m)`` (ints or
+    TE expressions)."""
+    return row * weight_rows(m) + col
+
+
+def tap_index(m: int, kh, kw):
+    """The stored slice of the direct conv's tap (``kh``, ``kw``) (ints or TE expressions)."""
+    return weight_rows(m) ** 2 + kh * 3 + kw
 
 
 @functools.lru_cache(maxsize=None)
@@ -106,8 +133,9 @@ def winograd_spec(spec: KernelSpec, m: int, lanes: int) -> KernelSpec:
 
 
 def transformed_shape(m: int, lanes: int, ci: int, co: int, stride: int = 1) -> tuple[int, ...]:
-    rows = weight_rows(m)
-    return (rows, rows, -(-co // lanes), ci, lanes)
+    """``[points, Co/VL, Ci, VL]`` (``stored_points``), the same at either ``stride``."""
+    del stride  # the stride-2 weight stores as many points (``weight_rows``)
+    return (stored_points(m), -(-co // lanes), ci, lanes)
 
 
 def _weight_matrix(m: int, stride: int) -> np.ndarray:
@@ -118,17 +146,18 @@ def _weight_matrix(m: int, stride: int) -> np.ndarray:
 
 def transform_hwio(weight: np.ndarray, m: int, lanes: int, stride: int = 1) -> np.ndarray:
     """NumPy reference: ``U = G g G^T`` of an HWIO 3x3 weight in float64 for a conv of
-    ``stride``, Co zero-padded to whole vectors, laid out ``[rows, rows, Co/VL, Ci, VL]``
-    (``weight_rows``), cast to float32."""
+    ``stride``, then the weight's own taps, Co zero-padded to whole vectors, laid out
+    ``[points, Co/VL, Ci, VL]`` (module docstring), cast to float32."""
     g_mat = _weight_matrix(m, stride)
     rows = g_mat.shape[0]
     kh, kw, ci, co = weight.shape
     if (kh, kw) != (3, 3):
         raise ValueError(f"Winograd weight transform: needs a 3x3 HWIO weight, got {weight.shape}")
     u = np.einsum("ei,ijab,nj->enab", g_mat, weight.astype("float64"), g_mat)
+    u = np.concatenate([u.reshape(rows * rows, ci, co), weight.reshape(DIRECT_TAPS, ci, co)])
     co_pad = -(-co // lanes) * lanes
-    u = np.pad(u, ((0, 0), (0, 0), (0, 0), (0, co_pad - co)))
-    u = u.reshape(rows, rows, ci, co_pad // lanes, lanes).transpose(0, 1, 3, 2, 4)
+    u = np.pad(u, ((0, 0), (0, 0), (0, co_pad - co)))
+    u = u.reshape(-1, ci, co_pad // lanes, lanes).transpose(0, 2, 1, 3)
     return np.ascontiguousarray(u, dtype="float32")
 
 
@@ -146,11 +175,14 @@ def relay_transform(weight, m: int, lanes: int, ci: int, co: int, stride: int = 
     def times_g(x):  # G x over the first axis of a [3, N] x: a broadcast product and a sum
         return relay.sum(g * relay.expand_dims(x, 0), axis=1)
 
-    x = relay.cast(weight, "float64")
     if co_pad != co:
-        x = relay.nn.pad(x, ((0, 0), (0, 0), (0, 0), (0, co_pad - co)))
+        weight = relay.nn.pad(weight, ((0, 0), (0, 0), (0, 0), (0, co_pad - co)))
+    x = relay.cast(weight, "float64")
     x = times_g(relay.reshape(x, (3, 3 * ci * co_pad)))  # [e, j * ci * co]
     x = relay.transpose(relay.reshape(x, (rows, 3, ci * co_pad)), (1, 0, 2))  # [j, e, ...]
     x = times_g(relay.reshape(x, (3, rows * ci * co_pad)))  # [nu, e * ci * co]
-    x = relay.reshape(x, (rows, rows, ci, co_pad // lanes, lanes))  # [nu, e, ci, cb, l]
-    return relay.cast(relay.transpose(x, (1, 0, 3, 2, 4)), "float32")
+    x = relay.transpose(relay.reshape(x, (rows, rows, ci * co_pad)), (1, 0, 2))  # [e, nu, ...]
+    points = relay.reshape(relay.cast(x, "float32"), (rows * rows, ci, co_pad))
+    taps = relay.reshape(weight, (DIRECT_TAPS, ci, co_pad))
+    x = relay.reshape(relay.concatenate([points, taps], 0), (-1, ci, co_pad // lanes, lanes))
+    return relay.transpose(x, (0, 2, 1, 3))

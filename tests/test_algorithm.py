@@ -17,6 +17,7 @@ from tvm import relay
 import tvm_fuse
 from tvm_fuse import strategy, testing
 from tvm_fuse.passes.algorithm import ChooseAlgorithm
+from tvm_fuse.schedules import winograd_weights as weights
 
 # name -> (input NHWC shape, HWIO weight shape, strides, dilation, padding, groups)
 CONVS = {
@@ -130,7 +131,7 @@ def test_built_winograd_matches_stock_with_nothing_left_to_transform(rng):
     assert all("tvm_fuse_conv2d_nhwc_fused" in k for k in kernels), kernels
     lanes = strategy.simd_lanes(tvm_fuse.host_target())
     shapes = [p.shape for p in lib.get_params().values()]
-    assert (6, 6, 32 // lanes, 32, lanes) in shapes
+    assert weights.transformed_shape(4, lanes, 32, 32) in shapes  # [36 + 9, 32 / VL, 32, VL]
 
 
 def test_built_stride2_winograd_matches_stock(rng):
@@ -157,7 +158,7 @@ def test_built_stride2_winograd_matches_stock(rng):
     testing.assert_close(testing.run(lib, data), testing.run(testing.build_stock(mod), data), 1e-4)
     lanes = strategy.simd_lanes(tvm_fuse.host_target())
     shapes = [p.shape for p in lib.get_params().values()]
-    assert (6, 6, 64 // lanes, 64, lanes) in shapes
+    assert weights.transformed_shape(4, lanes, 64, 64, 2) in shapes  # [36 + 9, 64 / VL, 64, VL]
 
 
 def test_cli_algorithm_options_reach_explain(rng):

@@ -1,5 +1,5 @@
-"""Wrong results: the fused epilogue on NaN and ±Inf (direct and depthwise kernels), bad tuning
-logs, n_trial < 1.
+"""Wrong results: the fused epilogue on NaN and ±Inf (direct, depthwise and Winograd kernels),
+bad tuning logs, n_trial < 1.
 
 A fused kernel replaces ``bias_add -> add -> activation``; on NaN and ±Inf it must give exactly
 what stock TVM's build of the unfused graph gives (e.g. stock ``clip(NaN, 0, 6)`` is 6: it
@@ -128,6 +128,49 @@ def test_depthwise_kernel_on_nan_and_inf_matches_stock(activation):
     (ref,) = testing.run(testing.build_stock(mod, params), inputs)
     (got,) = testing.run(tvm_fuse.build(mod, params), inputs)
     assert_same_including_specials(got, ref)
+    if activation == "none":
+        assert np.isnan(ref).any() and np.isposinf(ref).any() and np.isneginf(ref).any()
+
+
+#: NHWC data shape, Co, stride: convs the cost model gives Winograd F(4x4) on every machine.
+WINOGRAD_CONVS = {"stride1": ((1, 16, 16, 32), 32, 1), "stride2": ((1, 112, 112, 32), 64, 2)}
+
+
+@pytest.mark.parametrize("conv", WINOGRAD_CONVS)
+@pytest.mark.parametrize("activation", ["none", "relu"])
+def test_winograd_kernel_on_nan_and_inf_matches_stock(activation, conv):
+    """A Winograd conv + bias + residual + activation with NaN, +Inf and -Inf in the data (one
+    +Inf on a zero tap) and the residual: NaN and ±Inf where stock TVM's direct conv gives them,
+    not NaN across the Winograd tiles they fall in."""
+    data_shape, channels, stride = WINOGRAD_CONVS[conv]
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((3, 3, data_shape[3], channels)).astype("float32") / 17
+    weight[1, 1, 5, 2] = 0.0
+    x = relay.var("x", shape=data_shape)
+    y = relay.nn.conv2d(
+        x,
+        relay.const(weight),
+        strides=(stride,) * 2,
+        padding=(1, 1),
+        channels=channels,
+        kernel_size=(3, 3),
+        data_layout="NHWC",
+        kernel_layout="HWIO",
+    )
+    out_shape = (1, data_shape[1] // stride, data_shape[2] // stride, channels)
+    residual = relay.var("residual", shape=out_shape)
+    bias = relay.const(rng.standard_normal(channels).astype("float32"))
+    y = ACTIVATIONS[activation](relay.add(relay.nn.bias_add(y, bias, axis=3), residual))
+    mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x, residual], y)))
+    (spec,) = tvm_fuse.describe(tvm_fuse.optimize(mod, {}, tvm_fuse.host_target()))
+    assert (spec.algorithm, spec.winograd_tile) == ("winograd", 4)
+    inputs = {
+        "x": _specials(rng, data_shape, [(0, 5, 6, 3), (0, 10, 10, 5), (0, 8, 4, 0)]),
+        "residual": _specials(rng, out_shape, [(0, 3, 3, 1), (0, 7, 2, 4), (0, 1, 6, 0)]),
+    }
+    (ref,) = testing.run(testing.build_stock(mod), inputs)
+    (got,) = testing.run(tvm_fuse.build(mod, target=tvm_fuse.host_target()), inputs)
+    assert_same_including_specials(got, ref, rtol=1e-4)
     if activation == "none":
         assert np.isnan(ref).any() and np.isposinf(ref).any() and np.isneginf(ref).any()
 

@@ -150,6 +150,39 @@ def test_kernel_large_channels(case, rng):
     check_case(case, rng)
 
 
+#: NaN and +-Inf in the input: a tile's interior, a pixel two tiles share, the map's corner, and
+#: an Inf that meets a zero tap (Inf x 0 is NaN in the direct conv).
+SPECIALS = {(0, 5, 6, 3): np.inf, (0, 8, 4, 0): -np.inf, (0, 0, 12, 7): np.nan}
+SPECIALS[0, 10, 10, 5] = np.inf
+
+
+def assert_specials_match(got, want, bound):
+    """NaN and +-Inf exactly where ``want`` has them; the finite outputs within ``bound`` of
+    max |finite reference|."""
+    for kind in (np.isnan, np.isposinf, np.isneginf):
+        np.testing.assert_array_equal(kind(got), kind(want), err_msg=kind.__name__)
+    finite = np.isfinite(want)
+    error = np.abs(got[finite] - want[finite]).max() / np.abs(want[finite]).max()
+    assert error <= bound, f"relative error {error:.3g} of the finite outputs"
+
+
+@pytest.mark.parametrize("stride, m, lanes", [(1, 2, 8), (1, 4, 16), (2, 2, 16), (2, 4, 8)])
+def test_nan_and_inf_come_out_as_the_direct_conv_gives_them(stride, m, lanes, rng):
+    """The tiles whose input holds NaN or Inf take the direct conv's values: NaN and +-Inf
+    exactly where the float64 direct conv has them (not NaN across the tile), and every finite
+    output, those of the same tiles included, within the bound."""
+    case = Case(16, 24, (15, 13), m, activation="none", residual=True, lanes=lanes, stride=stride)
+    data, weight, bias, residual = make_inputs(rng, case)
+    for spot, special in SPECIALS.items():
+        data[spot] = special
+    weight[1, 1, 5, 2] = 0.0  # the centre tap of input channel 5, output channel 2
+    got = build_kernel(data, weight, bias, residual, case.padding, "none", m, lanes, stride)
+    want = reference(data, weight, bias, residual, (stride,) * 2, case.padding, (1, 1), "none", 0)
+    assert np.isnan(want).any() and np.isposinf(want).any() and np.isneginf(want).any()
+    assert np.isnan(want[0, 10 // stride, 10 // stride, 2])  # the Inf met the zero tap
+    assert_specials_match(got, want, ERROR_BOUND[m])
+
+
 @pytest.mark.parametrize(
     "knobs",
     [
@@ -304,17 +337,22 @@ def test_stride2_weight_stores_the_odd_points_once(m, rng):
     stored = weights.transform_hwio(weight, m, 8, 2)
     full = np.einsum("ei,ijab,nj->enab", g_mat, weight.astype("float64"), g_mat)
     rows = [min(e, m + 1) for e in range(2 * m + 1)]
-    np.testing.assert_allclose(stored[np.ix_(rows, rows)][:, :, 0], full, rtol=1e-6)  # Co/VL 1
+    points = [[weights.point_index(m, e, nu) for nu in rows] for e in rows]
+    np.testing.assert_allclose(stored[points, 0], full, rtol=1e-6)  # Co/VL 1
 
 
 def test_numpy_transform_layout(rng):
     weight = rng.standard_normal((3, 3, 5, 11)).astype("float32")
     u = weights.transform_hwio(weight, 2, 8)
-    assert u.shape == weights.transformed_shape(2, 8, 5, 11) == (4, 4, 2, 5, 8)
+    assert u.shape == weights.transformed_shape(2, 8, 5, 11) == (16 + 9, 2, 5, 8)
     _, _, g_mat = weights.transform_matrices(2)
     want = g_mat @ weight[:, :, 3, 9].astype("float64") @ g_mat.T  # Ci 3, Co 9 = vector 1 lane 1
-    np.testing.assert_allclose(u[:, :, 1, 3, 1], want, rtol=1e-6)
-    assert not u[:, :, 1, :, 3:].any()  # Co 11..15: zero padding
+    np.testing.assert_allclose(u[:16, 1, 3, 1].reshape(4, 4), want, rtol=1e-6)
+    # then the direct taps, exactly, in (kh, kw) order
+    taps = [weights.tap_index(2, kh, kw) for kh in range(3) for kw in range(3)]
+    assert taps == list(range(16, 25))
+    np.testing.assert_array_equal(u[taps, 1, 3, 1], weight[:, :, 3, 9].reshape(9))
+    assert not u[:, 1, :, 3:].any()  # Co 11..15: zero padding
 
 
 @pytest.mark.parametrize(
@@ -344,12 +382,12 @@ def test_layout_names_the_lanes_and_tile():
     wino = weights.winograd_spec(spec, 4, 8)
     assert wino.weight.layout == "WINO4_8o" and wino.lanes == 8
     assert (wino.algorithm, wino.winograd_tile) == ("winograd", 4)
-    assert wino.weight.shape == (6, 6, 3, 16, 8)
+    assert wino.weight.shape == (6 * 6 + 9, 3, 16, 8)  # the points, then the direct taps
     assert wino.kernel_size == (3, 3) and wino.out_channels == 20 and wino.out == spec.out
     strided = KernelSpec.conv((1, 14, 14, 16), (3, 3, 16, 20), (2, 2), (1, 1, 1, 1))
     wino = weights.winograd_spec(strided, 2, 16)
     # alpha = 5 points per axis, of which the 2 odd ones share one weight row
-    assert wino.weight.layout == "WINO2S2_16o" and wino.weight.shape == (4, 4, 2, 16, 16)
+    assert wino.weight.layout == "WINO2S2_16o" and wino.weight.shape == (4 * 4 + 9, 2, 16, 16)
     assert wino.out.shape == (1, 7, 7, 20) and wino.strides == (2, 2)
 
 

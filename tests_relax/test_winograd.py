@@ -123,6 +123,29 @@ def test_kernel_matches_float64_reference(spec, rng, target):
     _check(got, want, spec.winograd_tile)
 
 
+@pytest.mark.parametrize("stride, m", [(1, 4), (2, 2)])
+def test_kernel_keeps_nan_and_inf_as_the_direct_conv(stride, m, rng, target):
+    """NaN and +-Inf in the input, one Inf on a zero tap: the affected tiles take the direct
+    conv's values, so NaN and +-Inf come out exactly where the float64 conv has them."""
+    spec = winograd_case((1, 15, 13, 16), 24, m=m, activation="none", lanes=16, stride=stride)
+    x, w, b, r = _inputs(spec, rng)
+    specials = {(0, 5, 6, 3): np.inf, (0, 8, 4, 0): -np.inf, (0, 10, 10, 5): np.inf}
+    for spot, special in {**specials, (0, 0, 12, 7): np.nan}.items():
+        x[spot] = special
+    w[1, 1, 5, 2] = 0.0
+    func = kernel.prim_func(spec, cores=CORES)
+    lib = tvm.compile(tvm.IRModule({"main": func}), target=target)
+    args = [x, weights.transform_hwio(w, m, spec.lanes, stride), b]
+    out = tvm.runtime.empty(spec.out.shape, "float32")
+    lib(*[tvm.runtime.tensor(a) for a in args], out)
+    got, want = out.numpy(), _reference(spec, x, w, b, r)
+    assert np.isnan(want[0, 10 // stride, 10 // stride, 2])  # Inf x 0
+    for kind in (np.isnan, np.isposinf, np.isneginf):
+        np.testing.assert_array_equal(kind(got), kind(want), err_msg=kind.__name__)
+    finite = np.isfinite(want)
+    _check(got[finite], want[finite], m)
+
+
 @pytest.mark.parametrize("activation", ["relu6", "sigmoid", "silu"])
 def test_kernel_other_activations(activation, rng, target):
     spec = winograd_case((1, 6, 6, 8), 8, m=4, activation=activation, residual=True)

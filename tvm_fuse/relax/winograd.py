@@ -8,7 +8,8 @@ same tiling:
 
 - the output: parallel blocks of (batch, ``block_rows`` tile rows, a chunk of Co vectors); in a
   block, per tile and Co vector, the output transform ``Y = A^T M A`` (unrolled, the lanes
-  vectorized) and the epilogue on the single store;
+  vectorized), its non-finite check and the direct fallback, and the epilogue on the single
+  store;
 - at each block, the alpha^2 GEMMs ``M = V U`` over Ci in register tiles of ``tile_p`` tiles x
   ``tile_co`` Co vectors (a ``local`` accumulator, the reduction outside, unrolled, the lanes
   vectorized);
@@ -27,7 +28,7 @@ NAME = "conv2d_nhwc_winograd.x86"
 def plan_for(spec: KernelSpec, cores: int) -> winograd_tiling.Plan:
     """The tile model's plan for ``spec`` on ``cores`` cores (the Relay template's fallback)."""
     m, (ho, wo) = spec.winograd_tile, spec.out_hw
-    co_vectors = spec.weight.shape[2]
+    co_vectors = spec.weight.shape[1]
     return winograd_tiling.choose_plan(spec.lanes, -(-ho // m), -(-wo // m), co_vectors, cores)
 
 
@@ -39,7 +40,7 @@ def schedule(sch, spec: KernelSpec, plan: winograd_tiling.Plan, blocks: dict, ou
     # every compute_at keeps unit loops (preserve_unit_loops): the loops below are picked from
     # the end of a block's nest, and a grid of one tile would otherwise drop its tile loop
     chunk, tile_co = winograd_tiling.chunk_and_tile_co(
-        spec.weight.shape[2], plan.co_chunks, plan.tile_co
+        spec.weight.shape[1], plan.co_chunks, plan.tile_co
     )
 
     # the output: parallel blocks (batch, tile rows, Co chunk)
@@ -55,7 +56,9 @@ def schedule(sch, spec: KernelSpec, plan: winograd_tiling.Plan, blocks: dict, ou
     sch.unroll(wi)
     sch.vectorize(cl)
 
-    # the output transform of one tile and vector
+    # the output transform of one tile and vector, its non-finite check and fallback (each
+    # block moved under the loop after its consumers)
+    _schedule_fallback(sch, blocks, cvi)
     cols = blocks["wino_cols"]
     sch.compute_at(cols, cvi, preserve_unit_loops=True)
     *_, e, xx, co = sch.get_loops(cols)
@@ -75,6 +78,26 @@ def schedule(sch, spec: KernelSpec, plan: winograd_tiling.Plan, blocks: dict, ou
     pad = blocks["data_pad"]
     pb, ph, _, _ = sch.get_loops(pad)
     sch.parallel(sch.fuse(pb, ph))
+
+
+def _schedule_fallback(sch, blocks, cvi):
+    """The direct conv of a tile and Co vector (its lanes vectorized), and before it the sums
+    that decide whether it is needed: per lane (vectorized), then over the lanes."""
+    direct, flag, check = (blocks[k] for k in ("wino_direct", "wino_flag", "wino_check"))
+    sch.compute_at(direct, cvi, preserve_unit_loops=True)
+    y, x, c, rc, kh, kw = sch.get_loops(direct)[-6:]
+    sch.reorder(rc, kh, kw, y, x, c)
+    sch.vectorize(c)
+    sch.decompose_reduction(direct, rc)
+    sch.compute_at(flag, cvi, preserve_unit_loops=True)
+    sch.unroll(sch.get_loops(flag)[-1])
+    sch.compute_at(check, cvi, preserve_unit_loops=True)
+    c, e, x = sch.get_loops(check)[-3:]
+    sch.reorder(e, x, c)
+    sch.unroll(e)
+    sch.unroll(x)
+    sch.vectorize(c)
+    sch.decompose_reduction(check, e)
 
 
 def _schedule_gemm(sch, gemm, copy, tile_p, tile_co, lanes):
