@@ -183,6 +183,20 @@ def test_nan_and_inf_come_out_as_the_direct_conv_gives_them(stride, m, lanes, rn
     assert_specials_match(got, want, ERROR_BOUND[m])
 
 
+@pytest.mark.parametrize("stride, m", [(1, 4), (2, 2)])
+def test_nan_and_inf_in_the_weight_come_out_as_the_direct_conv_gives_them(stride, m, rng):
+    """A NaN tap (output channel 3) and an Inf tap (output channel 5, +-Inf where the input's
+    sign decides) reach every tile's transform: those channels take the direct conv's values."""
+    case = Case(16, 24, (9, 11), m, activation="none", lanes=16, stride=stride)
+    data, weight, bias, residual = make_inputs(rng, case)
+    weight[0, 0, 1, 3], weight[2, 1, 4, 5] = np.nan, np.inf
+    got = build_kernel(data, weight, bias, residual, case.padding, "none", m, 16, stride)
+    want = reference(data, weight, bias, residual, (stride,) * 2, case.padding, (1, 1), "none", 0)
+    assert np.isnan(want[..., 3]).any() and np.isposinf(want[..., 5]).any()
+    assert np.isneginf(want[..., 5]).any() and np.isfinite(want[..., :3]).all()
+    assert_specials_match(got, want, ERROR_BOUND[m])
+
+
 @pytest.mark.parametrize(
     "knobs",
     [
