@@ -260,6 +260,28 @@ def test_build_matches_float64_reference(case, force_tile, rng, target):
     _check(got, _reference(case, x, w, b, r), m)
 
 
+@pytest.mark.parametrize("stride, m", [(1, 4), (2, 2)])
+def test_build_keeps_nan_and_inf_as_the_direct_conv(stride, m, force_tile, rng, target):
+    """Through ``tfr.build``: NaN and +-Inf in the input and the residual, an Inf on a zero tap;
+    the specials where the float64 conv + bias + residual has them (no activation: NumPy's
+    ``maximum`` keeps a NaN that TVM's ``max`` turns into 0)."""
+    force_tile(m)
+    case = winograd_case((1, 15, 13, 16), 24, m=m, activation="none", stride=stride, residual=True)
+    x, w, b, r = _inputs(case, rng)
+    x[0, 5, 6, 3], x[0, 8, 4, 0], x[0, 10, 10, 5], x[0, 0, 12, 7] = np.inf, -np.inf, np.inf, np.nan
+    r[0, 1, 2, 3], r[0, 2, 2, 4] = np.nan, -np.inf
+    w[1, 1, 5, 2] = 0.0
+    mod = _graph(case, w, b)
+    (spec,) = tfr.describe(tfr.optimize(mod, target=target))
+    assert (spec.algorithm, spec.winograd_tile) == ("winograd", m)
+    got, want = run(tfr.build(mod, target=target), x, r), _reference(case, x, w, b, r)
+    assert np.isnan(want).any() and np.isposinf(want).any()
+    for kind in (np.isnan, np.isposinf, np.isneginf):
+        np.testing.assert_array_equal(kind(got), kind(want), err_msg=kind.__name__)
+    finite = np.isfinite(want)
+    _check(got[finite], want[finite], m)
+
+
 def test_weight_that_is_not_a_constant_runs_direct(force_tile, rng, target):
     force_tile(2)
     spec = winograd_case((1, 7, 7, 16), 16)
