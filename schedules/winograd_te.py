@@ -46,7 +46,7 @@ def compute(spec: KernelSpec, data, weight, bias, residual, block_rows: int, til
     grid = Grid(spec, block_rows, tile_p)
     dpad, v = _input_transform(spec, data, grid)
     gemm = _batched_gemm(spec, v, weight)
-    acc = _output_transform(spec, gemm, grid, _Fallback(spec, dpad, weight, grid))
+    acc = _output_transform(spec, gemm, grid, dpad, weight)
     return apply_epilogue(acc, bias, residual, spec.activation, spec.alpha)
 
 
@@ -154,58 +154,55 @@ def _batched_gemm(spec: KernelSpec, v, weight):
     )
 
 
-class _Fallback:
-    """The direct conv for the tiles whose input holds NaN or Inf (module docstring)."""
+def _column_sums(cols_t, lanes: int):
+    """Per tile and Co vector, the sum of its column transform (``wino_check`` per lane, then
+    ``wino_flag`` over the lanes): finite exactly where Winograd's values stand (module
+    docstring)."""
+    n, nh, nw, size, m, channels = (int(d) for d in cols_t.shape)
+    e = te.reduce_axis((0, size), name="e_check")
+    x = te.reduce_axis((0, m), name="x_check")
+    lane_sums = te.compute(
+        (n, nh, nw, channels),
+        lambda b, th, tw, c: te.sum(cols_t[b, th, tw, e, x, c], axis=[e, x]),
+        name="wino_check",
+    )
+    lane = te.reduce_axis((0, lanes), name="lane_check")
+    return te.compute(
+        (n, nh, nw, channels // lanes),
+        lambda b, th, tw, cv: te.sum(lane_sums[b, th, tw, cv * lanes + lane], axis=lane),
+        name="wino_flag",
+    )
 
-    def __init__(self, spec: KernelSpec, dpad, weight, grid: Grid):
-        self.spec, self.dpad, self.weight, self.grid = spec, dpad, weight, grid
 
-    def flags(self, cols_t):
-        """Per tile and Co vector, the sum of its column transform (finite: Winograd's values)."""
-        lanes = self.spec.lanes
-        n, nh, nw, size, m, channels = (int(d) for d in cols_t.shape)
-        e = te.reduce_axis((0, size), name="e_check")
-        x = te.reduce_axis((0, m), name="x_check")
-        lane_sums = te.compute(
-            (n, nh, nw, channels),
-            lambda b, th, tw, c: te.sum(cols_t[b, th, tw, e, x, c], axis=[e, x]),
-            name="wino_check",
-        )
-        lane = te.reduce_axis((0, lanes), name="lane_check")
-        return te.compute(
-            (n, nh, nw, channels // lanes),
-            lambda b, th, tw, cv: te.sum(lane_sums[b, th, tw, cv * lanes + lane], axis=lane),
-            name="wino_flag",
-        )
+def _direct_fallback(spec: KernelSpec, dpad, weight, winograd_is_finite):
+    """The direct conv on the taps stored with the weight, its sum zero where
+    ``winograd_is_finite(b, y, x, c)`` (a condition its loops leave unchanged: one test per
+    tile and vector)."""
+    lanes, m, dtype, stride = spec.lanes, spec.winograd_tile, spec.out.dtype, spec.strides[0]
+    rc = te.reduce_axis((0, spec.in_channels), name="rc_direct")
+    kh = te.reduce_axis((0, 3), name="kh_direct")
+    kw = te.reduce_axis((0, 3), name="kw_direct")
 
-    def direct(self, winograd_is_finite):
-        """The direct conv on the stored taps, its sum zero where ``winograd_is_finite(b, y, x,
-        c)`` (a condition the loops leave unchanged: one test per tile and vector)."""
-        spec, dpad, weight, stride = self.spec, self.dpad, self.weight, self.grid.stride
-        lanes, m, dtype = spec.lanes, spec.winograd_tile, spec.out.dtype
-        rc = te.reduce_axis((0, spec.in_channels), name="rc_direct")
-        kh = te.reduce_axis((0, 3), name="kh_direct")
-        kw = te.reduce_axis((0, 3), name="kw_direct")
+    def product(b, y, x, c):
+        tap = weight[tap_index(m, kh, kw), c // lanes, rc, c % lanes].astype(dtype)
+        return dpad[b, y * stride + kh, x * stride + kw, rc].astype(dtype) * tap
 
-        def product(b, y, x, c):
-            tap = weight[tap_index(m, kh, kw), c // lanes, rc, c % lanes].astype(dtype)
-            return dpad[b, y * stride + kh, x * stride + kw, rc].astype(dtype) * tap
-
-        return te.compute(
-            spec.out.shape,
-            lambda b, y, x, c: te.sum(
-                te.if_then_else(
-                    winograd_is_finite(b, y, x, c), te.const(0, dtype), product(b, y, x, c)
-                ),
-                axis=[rc, kh, kw],
+    return te.compute(
+        spec.out.shape,
+        lambda b, y, x, c: te.sum(
+            te.if_then_else(
+                winograd_is_finite(b, y, x, c), te.const(0, dtype), product(b, y, x, c)
             ),
-            name="wino_direct",
-        )
+            axis=[rc, kh, kw],
+        ),
+        name="wino_direct",
+    )
 
 
-def _output_transform(spec: KernelSpec, gemm, grid: Grid, fallback: _Fallback):
+def _output_transform(spec: KernelSpec, gemm, grid: Grid, dpad, weight):
     """``Y = A^T M A`` of every tile, through the column transform ``M A``, cut to the output;
-    the direct conv's values where the tile's column transform is not finite."""
+    the direct conv's values (on the padded input ``dpad`` and the taps in ``weight``) where
+    the tile's column transform is not finite."""
     m, size, rows, nw = grid.m, grid.alpha, grid.rows, grid.nw
     a_mat, _, _ = transform_matrices(m, grid.stride)
 
@@ -216,12 +213,12 @@ def _output_transform(spec: KernelSpec, gemm, grid: Grid, fallback: _Fallback):
     n, channels, lanes = spec.data.shape[0], spec.out_channels, spec.lanes
     shape = (n, grid.nh, nw, size, m, int(gemm.shape[5]))
     cols_t = te.compute(shape, col_transform, name="wino_cols")
-    flags = fallback.flags(cols_t)
+    flags = _column_sums(cols_t, lanes)
 
     def winograd_is_finite(b, y, x, c):
         return te.isfinite(flags[b, y // m, x // m, c // lanes])
 
-    direct = fallback.direct(winograd_is_finite)
+    direct = _direct_fallback(spec, dpad, weight, winograd_is_finite)
     return te.compute(
         (n, *spec.out_hw, channels),
         lambda b, y, x, c: te.if_then_else(

@@ -126,15 +126,14 @@ def winograd_layout(m: int, lanes: int, stride: int = 1) -> str:
 def winograd_spec(spec: KernelSpec, m: int, lanes: int) -> KernelSpec:
     """``spec`` (a 3x3 conv on an HWIO weight, stride 1 or 2) computed by Winograd F(m x m, 3x3)
     on the transformed weight for ``lanes`` fp32 lanes."""
-    stride = spec.strides[0]
-    shape = transformed_shape(m, lanes, spec.in_channels, spec.out_channels, stride)
-    weight = TensorSpec(shape, winograd_layout(m, lanes, stride), spec.weight.dtype)
+    shape = transformed_shape(m, lanes, spec.in_channels, spec.out_channels)
+    weight = TensorSpec(shape, winograd_layout(m, lanes, spec.strides[0]), spec.weight.dtype)
     return dataclasses.replace(spec, algorithm="winograd", winograd_tile=int(m), weight=weight)
 
 
-def transformed_shape(m: int, lanes: int, ci: int, co: int, stride: int = 1) -> tuple[int, ...]:
-    """``[points, Co/VL, Ci, VL]`` (``stored_points``), the same at either ``stride``."""
-    del stride  # the stride-2 weight stores as many points (``weight_rows``)
+def transformed_shape(m: int, lanes: int, ci: int, co: int) -> tuple[int, ...]:
+    """``[points, Co/VL, Ci, VL]`` (``stored_points``), the same at either stride (the stride-2
+    weight stores as many points: ``weight_rows``)."""
     return (stored_points(m), -(-co // lanes), ci, lanes)
 
 

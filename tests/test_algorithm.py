@@ -158,7 +158,7 @@ def test_built_stride2_winograd_matches_stock(rng):
     testing.assert_close(testing.run(lib, data), testing.run(testing.build_stock(mod), data), 1e-4)
     lanes = strategy.simd_lanes(tvm_fuse.host_target())
     shapes = [p.shape for p in lib.get_params().values()]
-    assert weights.transformed_shape(4, lanes, 64, 64, 2) in shapes  # [36 + 9, 64 / VL, 64, VL]
+    assert weights.transformed_shape(4, lanes, 64, 64) in shapes  # [36 + 9, 64 / VL, 64, VL]
 
 
 def test_cli_algorithm_options_reach_explain(rng):

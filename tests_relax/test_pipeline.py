@@ -59,7 +59,7 @@ def test_seed_example_matches_onnxruntime(seed_path, rng, target):
     if spec.algorithm == "winograd":  # where the cost model expects the polyphase form to pay
         m = spec.winograd_tile
         assert spec.weight.layout == winograd_weights.winograd_layout(m, lanes, 2)
-        assert spec.weight.shape == winograd_weights.transformed_shape(m, lanes, 64, 128, 2)
+        assert spec.weight.shape == winograd_weights.transformed_shape(m, lanes, 64, 128)
     else:
         assert spec.weight.layout == f"OHWI{lanes}o"
         assert spec.weight.shape == (128 // lanes, 3, 3, 64, lanes)
