@@ -61,15 +61,6 @@ def _specials(rng, shape, spots):
     return values
 
 
-def assert_same_including_specials(got, ref, rtol=1e-5):
-    """NaN where the reference has NaN, the same infinities, finite values within rtol."""
-    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref), err_msg="NaN positions differ")
-    np.testing.assert_array_equal(np.isposinf(got), np.isposinf(ref), err_msg="+Inf differs")
-    np.testing.assert_array_equal(np.isneginf(got), np.isneginf(ref), err_msg="-Inf differs")
-    finite = np.isfinite(ref)
-    testing.assert_close([got[finite]], [ref[finite]], rtol)
-
-
 SPOTS = {"weight": [(1, 0, 0, 0), (2, 1, 0, 0)]}
 
 
@@ -99,7 +90,7 @@ def test_epilogue_on_nan_and_inf_matches_stock(activation, path):
     assert fast == (path == "fast")
     (ref,) = testing.run(testing.build_stock(mod, params), inputs)
     (got,) = testing.run(tvm_fuse.build(mod, params), inputs)
-    assert_same_including_specials(got, ref)
+    testing.assert_same_including_specials(got, ref)
     if activation == "none":  # the accumulators the activations see hold every special
         assert np.isnan(ref).any() and np.isposinf(ref).any() and np.isneginf(ref).any()
 
@@ -127,7 +118,7 @@ def test_depthwise_kernel_on_nan_and_inf_matches_stock(activation):
     assert strategy.fast_path_refusal(spec, tvm_fuse.host_target()) is None
     (ref,) = testing.run(testing.build_stock(mod, params), inputs)
     (got,) = testing.run(tvm_fuse.build(mod, params), inputs)
-    assert_same_including_specials(got, ref)
+    testing.assert_same_including_specials(got, ref)
     if activation == "none":
         assert np.isnan(ref).any() and np.isposinf(ref).any() and np.isneginf(ref).any()
 
@@ -170,7 +161,7 @@ def test_winograd_kernel_on_nan_and_inf_matches_stock(activation, conv):
     }
     (ref,) = testing.run(testing.build_stock(mod), inputs)
     (got,) = testing.run(tvm_fuse.build(mod, target=tvm_fuse.host_target()), inputs)
-    assert_same_including_specials(got, ref, rtol=1e-4)
+    testing.assert_same_including_specials(got, ref, rtol=1e-4)
     if activation == "none":
         assert np.isnan(ref).any() and np.isposinf(ref).any() and np.isneginf(ref).any()
 

@@ -19,7 +19,7 @@ import tvm
 from test_kernel import host_target, reference
 from tvm import autotvm, relay, te
 
-from tvm_fuse import lowering
+from tvm_fuse import lowering, testing
 from tvm_fuse.schedules import tiling, winograd, winograd_tiling
 from tvm_fuse.spec import KernelSpec
 from tvm_fuse.schedules import winograd_weights as weights
@@ -156,16 +156,6 @@ SPECIALS = {(0, 5, 6, 3): np.inf, (0, 8, 4, 0): -np.inf, (0, 0, 12, 7): np.nan}
 SPECIALS[0, 10, 10, 5] = np.inf
 
 
-def assert_specials_match(got, want, bound):
-    """NaN and +-Inf exactly where ``want`` has them; the finite outputs within ``bound`` of
-    max |finite reference|."""
-    for kind in (np.isnan, np.isposinf, np.isneginf):
-        np.testing.assert_array_equal(kind(got), kind(want), err_msg=kind.__name__)
-    finite = np.isfinite(want)
-    error = np.abs(got[finite] - want[finite]).max() / np.abs(want[finite]).max()
-    assert error <= bound, f"relative error {error:.3g} of the finite outputs"
-
-
 @pytest.mark.parametrize("stride, m, lanes", [(1, 2, 8), (1, 4, 16), (2, 2, 16), (2, 4, 8)])
 def test_nan_and_inf_come_out_as_the_direct_conv_gives_them(stride, m, lanes, rng):
     """The tiles whose input holds NaN or Inf take the direct conv's values: NaN and +-Inf
@@ -180,7 +170,7 @@ def test_nan_and_inf_come_out_as_the_direct_conv_gives_them(stride, m, lanes, rn
     want = reference(data, weight, bias, residual, (stride,) * 2, case.padding, (1, 1), "none", 0)
     assert np.isnan(want).any() and np.isposinf(want).any() and np.isneginf(want).any()
     assert np.isnan(want[0, 10 // stride, 10 // stride, 2])  # the Inf met the zero tap
-    assert_specials_match(got, want, ERROR_BOUND[m])
+    testing.assert_same_including_specials(got, want, ERROR_BOUND[m])
 
 
 @pytest.mark.parametrize("stride, m", [(1, 4), (2, 2)])
@@ -194,7 +184,7 @@ def test_nan_and_inf_in_the_weight_come_out_as_the_direct_conv_gives_them(stride
     want = reference(data, weight, bias, residual, (stride,) * 2, case.padding, (1, 1), "none", 0)
     assert np.isnan(want[..., 3]).any() and np.isposinf(want[..., 5]).any()
     assert np.isneginf(want[..., 5]).any() and np.isfinite(want[..., :3]).all()
-    assert_specials_match(got, want, ERROR_BOUND[m])
+    testing.assert_same_including_specials(got, want, ERROR_BOUND[m])
 
 
 @pytest.mark.parametrize(
@@ -381,7 +371,7 @@ def test_relay_transform_matches_numpy(m, lanes, co, stride, rng):
     got = got.evaluate()(weight).numpy()
     # both in float64: equal up to the final rounding to float32 (summation order differs)
     want = weights.transform_hwio(weight, m, lanes, stride)
-    assert got.shape == want.shape == weights.transformed_shape(m, lanes, 6, co, stride)
+    assert got.shape == want.shape == weights.transformed_shape(m, lanes, 6, co)
     np.testing.assert_allclose(got, want, rtol=2.5e-7, atol=1e-12)
     folded = relay.transform.FoldConstant()(
         tvm.IRModule.from_expr(

@@ -104,6 +104,14 @@ def _check(got, want, m):
     assert error <= ERROR_BOUND[m], f"F({m}x{m}): relative error {error:.3g}"
 
 
+def _check_specials(got, want, m):
+    """NaN and +-Inf exactly where ``want`` has them, the finite outputs as ``_check``."""
+    for kind in (np.isnan, np.isposinf, np.isneginf):
+        np.testing.assert_array_equal(kind(got), kind(want), err_msg=kind.__name__)
+    finite = np.isfinite(want)
+    _check(got[finite], want[finite], m)
+
+
 def _run_kernel(spec, rng, target):
     x, w, b, r = _inputs(spec, rng)
     func = kernel.prim_func(spec, cores=CORES)
@@ -140,10 +148,7 @@ def test_kernel_keeps_nan_and_inf_as_the_direct_conv(stride, m, rng, target):
     lib(*[tvm.runtime.tensor(a) for a in args], out)
     got, want = out.numpy(), _reference(spec, x, w, b, r)
     assert np.isnan(want[0, 10 // stride, 10 // stride, 2])  # Inf x 0
-    for kind in (np.isnan, np.isposinf, np.isneginf):
-        np.testing.assert_array_equal(kind(got), kind(want), err_msg=kind.__name__)
-    finite = np.isfinite(want)
-    _check(got[finite], want[finite], m)
+    _check_specials(got, want, m)
 
 
 @pytest.mark.parametrize("activation", ["relu6", "sigmoid", "silu"])
@@ -276,10 +281,7 @@ def test_build_keeps_nan_and_inf_as_the_direct_conv(stride, m, force_tile, rng, 
     assert (spec.algorithm, spec.winograd_tile) == ("winograd", m)
     got, want = run(tfr.build(mod, target=target), x, r), _reference(case, x, w, b, r)
     assert np.isnan(want).any() and np.isposinf(want).any()
-    for kind in (np.isnan, np.isposinf, np.isneginf):
-        np.testing.assert_array_equal(kind(got), kind(want), err_msg=kind.__name__)
-    finite = np.isfinite(want)
-    _check(got[finite], want[finite], m)
+    _check_specials(got, want, m)
 
 
 def test_weight_that_is_not_a_constant_runs_direct(force_tile, rng, target):

@@ -55,6 +55,16 @@ def assert_close(got, ref, rtol=1e-5):
         assert err <= rtol, f"output {i}: relative error {err:.3g} > {rtol:g}"
 
 
+def assert_same_including_specials(got, ref, rtol=1e-5):
+    """NaN where the reference has NaN, the same infinities, finite values within ``rtol``
+    (``assert_close``)."""
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref), err_msg="NaN positions differ")
+    np.testing.assert_array_equal(np.isposinf(got), np.isposinf(ref), err_msg="+Inf differs")
+    np.testing.assert_array_equal(np.isneginf(got), np.isneginf(ref), err_msg="-Inf differs")
+    finite = np.isfinite(ref)
+    assert_close([got[finite]], [ref[finite]], rtol)
+
+
 def assert_matches_stock(mod, params=None, lib=None, rtol=1e-5, target=None):
     """``lib`` (default: ``tvm_fuse.build(mod, params)``) computes what stock ``relay.build``
     of ``mod`` does, on seeded random inputs, within ``rtol``; returns ``lib``."""
