@@ -26,7 +26,7 @@ def host_target():
     return tvm.target.Target(f"llvm -mcpu={tvm.target.codegen.llvm_get_system_cpu()}")
 
 
-def toy_kernel(tile_rows: int, distance: int):
+def toy_kernel(tile_rows: int, distance: int, into_l1: bool = False):
     """(schedule, args): rows of ``tile_rows`` accumulator vectors per step of k, k marked."""
     a = te.placeholder((ROWS, DEPTH), name="a")
     w = te.placeholder((DEPTH, LANES), name="w")
@@ -42,14 +42,14 @@ def toy_kernel(tile_rows: int, distance: int):
     s[acc].reorder(ak, ai, aj)
     s[acc].unroll(ai)
     s[acc].vectorize(aj)
-    lowering.mark(s[acc], ak, distance)
+    lowering.mark(s[acc], ak, distance, into_l1)
     return s, [a, w, out]
 
 
-def lowered(tile_rows: int, distance: int) -> str:
+def lowered(tile_rows: int, distance: int, into_l1: bool = False) -> str:
     """The toy kernel scheduled and lowered inside ``lowering_context``, as tvm_fuse builds."""
     with lowering.lowering_context():
-        return str(tvm.lower(*toy_kernel(tile_rows, distance)))
+        return str(tvm.lower(*toy_kernel(tile_rows, distance, into_l1)))
 
 
 def run(func, rng):
@@ -70,6 +70,19 @@ def test_each_step_prefetches_its_weight_vector_the_distance_ahead():
     base, _, ahead = index.rpartition(" + ")
     assert ahead == "96" and f"{buffer}[{base}:{base} + 16]" in text, prefetches  # the load's
     assert "pragma_" not in text  # the marks are gone
+
+
+@pytest.mark.parametrize(
+    "into_l1, locality, instruction", [(False, 2, "prefetcht1"), (True, 3, "prefetcht0")]
+)
+def test_a_mark_prefetches_into_l2_or_also_into_l1(into_l1, locality, instruction, rng):
+    text = lowered(tile_rows=4, distance=96, into_l1=into_l1)
+    assert re.findall(r"T\.prefetch\(.*\), 0, (\d), 1\)", text) == [str(locality)], text
+    with lowering.lowering_context():
+        func = tvm.build(*toy_kernel(4, 96, into_l1), host_target())
+    assert instruction in func.get_source("asm")
+    got, want = run(func, rng)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_the_marked_loops_accumulators_stay_on_the_stack():

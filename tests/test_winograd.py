@@ -222,7 +222,7 @@ def test_tuned_configs_stay_correct(knobs, stride, rng):
 def test_the_gemm_prefetches_the_weight_slice_it_reads_next(tile_co, slices_ahead):
     """Co chunks of two vectors (of four): with one-vector register tiles the slice read next
     is the chunk's next vector (1 slice of Ci x VL ahead); with two-vector tiles, the next
-    point's, all four Co vectors ahead (``lowering``)."""
+    point's, all four Co vectors ahead (``lowering``); into L1 as well (locality 3)."""
     case = Case(16, 32, hw=(13, 9), m=4)
     data, weight, bias, _ = make_inputs(np.random.default_rng(0), case)
     spec = winograd_spec(data, weight, bias, None, case.padding, case.activation, 4, 8)
@@ -235,7 +235,7 @@ def test_the_gemm_prefetches_the_weight_slice_it_reads_next(tile_co, slices_ahea
     with lowering.lowering_context(), host_target():
         s, arg_bufs = task.instantiate(task.config_space.get(_flat_index(task.config_space, knobs)))
         text = str(tvm.lower(s, arg_bufs))
-    ahead = re.findall(r"T\.prefetch\(T\.address_of\(\w+\[(.*?)\]\), 0, 2, 1\)", text)
+    ahead = re.findall(r"T\.prefetch\(T\.address_of\(\w+\[(.*?)\]\), 0, 3, 1\)", text)
     # the tile's vectors are Ci x VL apart: their prefetches too, from the distance on
     offsets = sorted(int(index.rpartition(" + ")[2]) for index in ahead)
     vector = case.ci * 8

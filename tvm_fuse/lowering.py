@@ -4,12 +4,13 @@ A whole model's weights (ResNet-50: 144 MB packed) do not stay in cache from one
 next, so each kernel reads its weight from memory once, as it computes: the first output row
 (or tile) of a group of Co blocks waits on memory while the FMA units idle, and the other rows
 reuse the group's slice from cache. The two do not overlap. A kernel's schedule marks its
-reduction loop with :data:`PRAGMA` (:func:`mark`), whose value is how far ahead, in weight
-elements, lies the slice its next parallel iteration reads; :func:`prefetch_weights` puts in
-that loop's steps a prefetch (into L2) of every weight vector a step loads, that far ahead, so
-the next slice arrives while this one is computed. A parallel iteration reads its slice in
-several passes (Wo tiles, rows of a Co block, the Winograd GEMM's tile groups); each vector of
-the next slice is prefetched in one of them, spread evenly, not in each. Kernels mark the loop
+reduction loop with :data:`PRAGMA` (:data:`PRAGMA_L1`: into L1 too; :func:`mark`), whose value
+is how far ahead, in weight elements, lies the slice its next parallel iteration reads;
+:func:`prefetch_weights` puts in that loop's steps a prefetch of every weight vector a step
+loads, that far ahead, so the next slice arrives while this one is computed. A parallel
+iteration reads its slice in several passes (Wo tiles, rows of a Co block, the Winograd GEMM's
+tile groups); each vector of the next slice is prefetched in one of them, spread evenly, not in
+each. Kernels mark the loop
 only where two slices fit in L2 (``schedules.tiling.prefetches_next_slice``). On Zen 5 (2
 cores) a chain of 128 convs 1x1 512->512 on 7x7, weights from memory, ran at 56.5-58 us per
 conv instead of 71-72 (51-57 with the weights in cache). Against the same kernels without
@@ -34,12 +35,16 @@ import math
 import tvm
 from tvm import tir
 
-#: The pragma a kernel's schedule puts on its reduction loop (``stage.pragma(axis, PRAGMA, d)``).
+#: The pragma a kernel's schedule puts on its reduction loop (``stage.pragma(axis, PRAGMA, d)``):
+#: prefetch into L2 (llvm.prefetch locality 2, ``prefetcht1``). The direct kernel's marks: into
+#: L1, ResNet-50 ran 1.007x as long (Zen 5, interleaved): a group's slice, up to half the L2, does
+#: not fit in L1 anyway.
 PRAGMA = "tvm_fuse_prefetch_weight"
-_ATTR_KEY = "pragma_" + PRAGMA
-#: llvm.prefetch locality 2: into L2 (``prefetcht1``). Into L1 (3), ResNet-50 ran 1.007x as long
-#: (Zen 5, interleaved): a group's slice, up to half the L2, does not fit in L1 anyway.
-_LOCALITY = 2
+#: The same into L1 as well (locality 3, ``prefetcht0``): the Winograd GEMM's marks (see
+#: ``schedules.winograd``).
+PRAGMA_L1 = "tvm_fuse_prefetch_weight_l1"
+#: The llvm.prefetch locality of each mark's attribute key.
+_LOCALITY = {"pragma_" + PRAGMA: 2, "pragma_" + PRAGMA_L1: 3}
 #: TVM's annotation that keeps an allocation on the stack (``tir.transform.LowerTVMBuiltin``).
 _KEEP_ON_STACK = "disable_lower_builtin"
 #: The largest accumulator buffer kept on the stack (a Wo tile is at most 2 KB, a row buffer of
@@ -50,13 +55,14 @@ _MAX_STACK_BYTES = 16384
 _PHASE = 2
 
 
-def mark(stage, axis, distance: int) -> None:
+def mark(stage, axis, distance: int, into_l1: bool = False) -> None:
     """Ask for the weight vectors of ``stage``'s loop ``axis`` to be prefetched ``distance``
-    elements ahead (the slice the next parallel iteration reads), where the current PassContext
-    runs :func:`prefetch_weights`. Elsewhere (a plain ``relay.build``, AutoTVM's builder) the
-    mark would only be an unknown pragma to LLVM's codegen, a warning per kernel."""
+    elements ahead (the slice the next parallel iteration reads) into L2, or into L1 as well
+    (``into_l1``), where the current PassContext runs :func:`prefetch_weights`. Elsewhere (a
+    plain ``relay.build``, AutoTVM's builder) the mark would only be an unknown pragma to LLVM's
+    codegen, a warning per kernel."""
     if _listed(tvm.transform.PassContext.current().config):
-        stage.pragma(axis, PRAGMA, int(distance))
+        stage.pragma(axis, PRAGMA_L1 if into_l1 else PRAGMA, int(distance))
 
 
 def _stored(stmt: tir.Stmt) -> set:
@@ -88,8 +94,9 @@ def _weight_loads(step: tir.Stmt) -> list[tir.BufferLoad]:
     return unique
 
 
-def _prefetches(loads: list[tir.BufferLoad], distance: int) -> list[tir.Stmt]:
-    """A prefetch of each of the weight vectors ``loads``, ``distance`` elements ahead."""
+def _prefetches(loads: list[tir.BufferLoad], distance: int, locality: int) -> list[tir.Stmt]:
+    """A prefetch of each of the weight vectors ``loads``, ``distance`` elements ahead, with
+    llvm.prefetch's ``locality``."""
     prefetches = []
     for load in loads:
         base = load.indices[-1].base
@@ -97,7 +104,7 @@ def _prefetches(loads: list[tir.BufferLoad], distance: int) -> list[tir.Stmt]:
         ahead = tir.BufferLoad(load.buffer, [*load.indices[:-1], index])
         address = tir.call_intrin("handle", "tir.address_of", ahead)
         prefetches.append(
-            tir.Evaluate(tir.call_intrin("float32", "tir.prefetch", address, 0, _LOCALITY, 1))
+            tir.Evaluate(tir.call_intrin("float32", "tir.prefetch", address, 0, locality, 1))
         )
     return prefetches
 
@@ -187,7 +194,7 @@ def _prefetching(marked: tir.AttrStmt, loops: tuple) -> tir.Stmt:
     loop = marked.body
     step = loop.body if isinstance(loop, tir.For) else loop
     loads = _weight_loads(step)
-    prefetches = _prefetches(loads, int(marked.value))
+    prefetches = _prefetches(loads, int(marked.value), _LOCALITY[marked.attr_key])
     rereading = _rereading(loop, loads, loops)
     if rereading is None or not prefetches:
         return loop
@@ -215,7 +222,7 @@ def _children(stmt: tir.Stmt) -> list:
 
 def _marks_in(stmt: tir.Stmt, loops: tuple = ()):
     """(marked AttrStmt, the loops around it, outermost first), for each mark."""
-    if isinstance(stmt, tir.AttrStmt) and stmt.attr_key == _ATTR_KEY:
+    if isinstance(stmt, tir.AttrStmt) and stmt.attr_key in _LOCALITY:
         yield stmt, loops
     if isinstance(stmt, tir.For):
         loops = (*loops, stmt)
