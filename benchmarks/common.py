@@ -46,7 +46,7 @@ from tvm.contrib import graph_executor  # noqa: E402
 import tvm_fuse  # noqa: E402
 from tvm_fuse.bench import RESULTS  # noqa: E402
 from tvm_fuse.bench.choices import select  # noqa: E402,F401  (re-exported: the suites call it)
-from tvm_fuse.bench.idle import settle  # noqa: E402,F401  (re-exported: the suites call it here)
+from tvm_fuse.bench.idle import Waits, settle  # noqa: E402,F401  (settle: the suites call it here)
 from tvm_fuse.bench.kernel_profile import pct_of_peak  # noqa: E402
 from tvm_fuse.testing import MODEL_RTOL  # noqa: E402
 
@@ -220,11 +220,13 @@ def time_interleaved(runners: dict[str, Runner], cfg: TimingConfig) -> dict[str,
     """
     print(f"  timing {', '.join(map(str, runners))}: {cfg.repeat} rounds", flush=True)
     numbers = {name: calibrate(runner, cfg) for name, runner in runners.items()}
-    runs = {name: [] for name in runners}
+    runs, waits = {name: [] for name in runners}, Waits()
     for _ in range(cfg.repeat):
         for name, runner in runners.items():
-            settle()
+            waits.settle()
             runs[name].append(runner.timed(numbers[name]))
+    if warning := waits.warning():
+        print(f"  {warning}", flush=True)
     return {name: Timing(runs[name], numbers[name]) for name in runners}
 
 

@@ -7,6 +7,7 @@ backend's ``tvm_fuse.relax.bench``, which runs where Relay (and so ``common``) c
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 #: Before each measurement, wait until the machine is idle (``settle``): the worker threads of
 #: the implementation timed before it spin after their last task, TVM's for about 0.2 s of CPU
@@ -46,3 +47,30 @@ def settle(max_s: float = SETTLE_MAX_S) -> float:
         if (total and busy <= IDLE_BUSY * total) or waited >= max_s:
             return waited
         before = after
+
+
+@dataclass
+class Waits:
+    """The waits before one suite's measurements, and how many never reached idle CPUs: other
+    processes were running. TVM's thread pool pins its threads and waits for the last one at
+    every kernel, so beside a busy process its timings can be many times too slow (the README,
+    "Threads"), and the suite says so (:meth:`warning`)."""
+
+    busy: int = 0
+    total: int = 0
+
+    def settle(self) -> None:
+        """:func:`settle`, counted."""
+        self.total += 1
+        if settle() >= SETTLE_MAX_S:
+            self.busy += 1
+
+    def warning(self) -> str | None:
+        """One line for a suite whose measurements started on busy CPUs, else None."""
+        if not self.busy:
+            return None
+        return (
+            f"warning: other processes kept the CPUs busy before {self.busy} of {self.total} "
+            "measurements; TVM's times are unreliable beside them (README, Threads: use fewer "
+            "threads than cores, TVM_FUSE_BENCH_THREADS)"
+        )

@@ -339,6 +339,33 @@ def test_backends_bench_refuses_fewer_than_one_round_or_process(capsys, option, 
     assert f"{option} {value}: {message}" in capsys.readouterr().err
 
 
+class _Fixed(common.Runner):
+    def timed(self, number: int) -> float:
+        return 1.0
+
+
+@pytest.mark.parametrize("busy_calls", [0, 2])
+def test_a_suite_says_when_other_processes_kept_the_cpus_busy(monkeypatch, capsys, busy_calls):
+    """Measurements that start on CPUs which never became idle (``settle`` gave up) are counted
+    and named in one line: TVM's pinned threads make such times unreliable."""
+    from tvm_fuse.bench import idle  # pylint: disable=import-outside-toplevel
+
+    waits = iter([idle.SETTLE_MAX_S] * busy_calls + [0.0] * 10)
+    monkeypatch.setattr(idle, "settle", lambda: next(waits))
+    config = common.TimingConfig(warmup=0, number=1, repeat=3, min_repeat_ms=0)
+    timings = common.time_interleaved({"a": _Fixed(), "b": _Fixed()}, config)
+    assert timings["a"].runs_ms == [1.0, 1.0, 1.0]
+    lines = [line for line in capsys.readouterr().out.splitlines() if "warning" in line]
+    if busy_calls:
+        assert lines == [
+            f"  warning: other processes kept the CPUs busy before {busy_calls} of 6 "
+            "measurements; TVM's times are unreliable beside them (README, Threads: use fewer "
+            "threads than cores, TVM_FUSE_BENCH_THREADS)"
+        ]
+    else:
+        assert not lines
+
+
 def test_settle_waits_for_a_spinning_thread_to_stop():
     """The pause before each measurement lasts until the CPUs are idle: a thread spinning for
     0.3 s (as TVM's workers do after their last task) is waited for, up to ``max_s``."""

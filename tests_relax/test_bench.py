@@ -3,7 +3,7 @@ an interleaved round waits for idle CPUs first, and ``--profile`` times each ker
 
 import pytest
 
-from tvm_fuse.bench import layer_table
+from tvm_fuse.bench import idle, layer_table
 from tvm_fuse.relax import bench, compat
 
 
@@ -14,7 +14,7 @@ def test_models_are_the_benchmarks_onnx_models():
 
 def test_each_timed_run_waits_for_idle_cpus(tmp_path, monkeypatch):
     events = []
-    monkeypatch.setattr(bench, "settle", lambda: events.append("settle") or 0.0)
+    monkeypatch.setattr(idle, "settle", lambda: events.append("settle") or 0.0)
     result = bench.bench("layer:down", rounds=3, stock=True, folder=tmp_path)
     assert set(result["ms"]) == {"tvm_fuse.relax", "stock relax"}
     assert all(ms > 0 for ms in result["ms"].values())

@@ -38,7 +38,7 @@ import tvm
 from tvm import relax
 from tvm.relax.frontend.onnx import from_onnx
 
-from ..bench.idle import settle
+from ..bench.idle import Waits
 from ..bench.layer_table import ONNX_MODELS, write_onnx_model
 from ..bench import choices, kernel_profile
 from . import api, compat, records, tuning
@@ -146,11 +146,13 @@ def bench(
         exes["stock relax + meta_schedule"] = exe
     runners = {name: _runner(exe, x) for name, exe in exes.items()}
     result["max_rel_error"] = _max_rel_error(exes, x)
-    times = {name: [] for name in runners}
+    times, waits = {name: [] for name in runners}, Waits()
     for _ in range(rounds):
         for name, once in runners.items():
-            settle()  # the previous runner's TVM workers spin for a while after their last task
+            waits.settle()  # the previous runner's TVM workers spin a while after their last task
             times[name].append(once())
+    if warning := waits.warning():
+        print(f"  {warning}", flush=True)
     result["ms"] = {n: statistics.median(t) for n, t in times.items()}
     if profile_top:
         prof = profile(mod, target, profile_top, peak_gflops)
