@@ -128,7 +128,8 @@ def _pooled(draws: list) -> common.Result:
             checks, key=lambda c: c.get("max_abs_err", 0.0))
     if timed:
         pooled.timing = common.Timing([ms for r in timed for ms in r.timing.runs_ms],
-                                      timed[0].timing.number)
+                                      timed[0].timing.number,
+                                      sum(r.timing.busy_runs for r in timed))
         pooled.extra["process_ms"] = [r.timing.median_ms for r in timed]
     compiles = [r.extra["compile_s"] for r in draws if "compile_s" in r.extra]
     if compiles:

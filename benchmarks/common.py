@@ -142,10 +142,12 @@ def warm_up_tvm(target) -> None:
 # -- runners -------------------------------------------------------------------------------
 @dataclass
 class Timing:
-    """Per-run means (ms) of each repeat of one measurement."""
+    """Per-run means (ms) of each repeat of one measurement; ``busy_runs``: how many of them
+    started on CPUs that never became idle (``idle.Waits``)."""
 
     runs_ms: list[float]
     number: int
+    busy_runs: int = 0
 
     @property
     def median_ms(self) -> float:
@@ -220,14 +222,14 @@ def time_interleaved(runners: dict[str, Runner], cfg: TimingConfig) -> dict[str,
     """
     print(f"  timing {', '.join(map(str, runners))}: {cfg.repeat} rounds", flush=True)
     numbers = {name: calibrate(runner, cfg) for name, runner in runners.items()}
-    runs, waits = {name: [] for name in runners}, Waits()
+    runs, waits = {name: [] for name in runners}, {name: Waits() for name in runners}
     for _ in range(cfg.repeat):
         for name, runner in runners.items():
-            waits.settle()
+            waits[name].settle()
             runs[name].append(runner.timed(numbers[name]))
-    if warning := waits.warning():
+    if warning := Waits.combined(waits.values()).warning():
         print(f"  {warning}", flush=True)
-    return {name: Timing(runs[name], numbers[name]) for name in runners}
+    return {name: Timing(runs[name], numbers[name], waits[name].busy) for name in runners}
 
 
 # -- one benchmark case --------------------------------------------------------------------
@@ -252,6 +254,7 @@ class Result:
             "ms": self.ms,
             "min_ms": self.timing.min_ms if self.timing else None,
             "runs_ms": self.timing.runs_ms if self.timing else None,
+            "busy_runs": self.timing.busy_runs if self.timing else None,
             "build_s": self.build_s,
             "check": self.check,
             "error": self.error,

@@ -65,6 +65,12 @@ class Waits:
         if settle() >= SETTLE_MAX_S:
             self.busy += 1
 
+    @staticmethod
+    def combined(waits) -> Waits:
+        """The counts of several ``Waits`` (one per implementation) added up."""
+        waits = list(waits)
+        return Waits(sum(w.busy for w in waits), sum(w.total for w in waits))
+
     def warning(self) -> str | None:
         """One line for a suite whose measurements started on busy CPUs, else None."""
         if not self.busy:

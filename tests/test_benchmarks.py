@@ -355,6 +355,10 @@ def test_a_suite_says_when_other_processes_kept_the_cpus_busy(monkeypatch, capsy
     config = common.TimingConfig(warmup=0, number=1, repeat=3, min_repeat_ms=0)
     timings = common.time_interleaved({"a": _Fixed(), "b": _Fixed()}, config)
     assert timings["a"].runs_ms == [1.0, 1.0, 1.0]
+    # the first round's two measurements, one of each: the count goes in each one's results
+    assert [timings[n].busy_runs for n in "ab"] == [busy_calls // 2] * 2
+    result = common.Result("a", timing=timings["a"]).to_dict()
+    assert result["busy_runs"] == busy_calls // 2
     lines = [line for line in capsys.readouterr().out.splitlines() if "warning" in line]
     if busy_calls:
         assert lines == [

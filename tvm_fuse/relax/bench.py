@@ -154,6 +154,7 @@ def bench(
     if warning := waits.warning():
         print(f"  {warning}", flush=True)
     result["ms"] = {n: statistics.median(t) for n, t in times.items()}
+    result["busy_measurements"] = waits.busy
     if profile_top:
         prof = profile(mod, target, profile_top, peak_gflops)
         result["profile"] = kernel_profile.whole_model(prof, result["ms"]["tvm_fuse.relax"])
