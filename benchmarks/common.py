@@ -227,8 +227,7 @@ def time_interleaved(runners: dict[str, Runner], cfg: TimingConfig) -> dict[str,
         for name, runner in runners.items():
             waits[name].settle()
             runs[name].append(runner.timed(numbers[name]))
-    if warning := Waits.combined(waits.values()).warning():
-        print(f"  {warning}", flush=True)
+    Waits.combined(waits.values()).report()
     return {name: Timing(runs[name], numbers[name], waits[name].busy) for name in runners}
 
 

@@ -80,3 +80,8 @@ class Waits:
             "measurements; TVM's times are unreliable beside them (README, Threads: use fewer "
             "threads than cores, TVM_FUSE_BENCH_THREADS)"
         )
+
+    def report(self) -> None:
+        """Print :meth:`warning`, if any, under the suite's timing line."""
+        if warning := self.warning():
+            print(f"  {warning}", flush=True)

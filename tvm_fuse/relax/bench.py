@@ -151,8 +151,7 @@ def bench(
         for name, once in runners.items():
             waits.settle()  # the previous runner's TVM workers spin a while after their last task
             times[name].append(once())
-    if warning := waits.warning():
-        print(f"  {warning}", flush=True)
+    waits.report()
     result["ms"] = {n: statistics.median(t) for n, t in times.items()}
     result["busy_measurements"] = waits.busy
     if profile_top:
