@@ -173,6 +173,24 @@ def test_nan_and_inf_come_out_as_the_direct_conv_gives_them(stride, m, lanes, rn
     testing.assert_same_including_specials(got, want, ERROR_BOUND[m])
 
 
+@pytest.mark.parametrize("stride, m", [(1, 2), (2, 4)])
+def test_nan_and_inf_in_one_image_of_a_batch_stay_in_it(stride, m, rng):
+    """Batch 2, Ci and Co 17 (Co padded to whole vectors), asymmetric padding: the specials in
+    the second image come out as the direct conv gives them, and the first image, whose tiles
+    share nothing with them, is all finite and within the bound."""
+    case = Case(17, 17, (13, 11), m, batch=2, padding=(2, 1, 0, 1), activation="none",
+                residual=True, lanes=16, stride=stride)
+    data, weight, bias, residual = make_inputs(rng, case)
+    for (_, y, x, c), special in SPECIALS.items():
+        data[1, y % 13, x % 11, c] = special
+    weight[1, 1, 5, 2] = 0.0
+    got = build_kernel(data, weight, bias, residual, case.padding, "none", m, 16, stride)
+    want = reference(data, weight, bias, residual, (stride,) * 2, case.padding, (1, 1), "none", 0)
+    assert np.isfinite(want[0]).all() and np.isnan(want[1]).any() and np.isinf(want[1]).any()
+    testing.assert_same_including_specials(got, want, ERROR_BOUND[m])
+    assert np.isfinite(got[0]).all()
+
+
 @pytest.mark.parametrize("stride, m", [(1, 4), (2, 2)])
 def test_nan_and_inf_in_the_weight_come_out_as_the_direct_conv_gives_them(stride, m, rng):
     """A NaN tap (output channel 3) and an Inf tap (output channel 5, +-Inf where the input's
