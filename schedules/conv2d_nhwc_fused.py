@@ -77,16 +77,26 @@ def compute(spec: KernelSpec, data, weight, bias, residual):
     """The fused kernel of ``spec`` on its packed ``[Co/VL, Kh, Kw, Ci, VL]`` weight.
 
     The template sees the logical task: the weight enters as an HWIO view of the packed tensor
-    (never computed: the template reads the packed tensor under it), so the AutoTVM workload,
-    and the tuning records, name the HWIO weight as the graph had it."""
+    (never computed: the template reads the packed tensor under it), and NCHW data
+    (``KernelSpec.with_nchw_data``) as an NHWC view, so the AutoTVM workload, and the tuning
+    records, name the NHWC data and HWIO weight as the graph had them."""
     if spec.lanes is None or {data.dtype, weight.dtype} != {"float32"}:
         raise ValueError(
             f"{NAME}: needs float32 data and a packed OHWI{{VL}}o weight, got data "
             f"{data.dtype}{list(data.shape)} and weight {weight.dtype}{list(weight.shape)}"
         )
+    if spec.data.layout == "NCHW":
+        data = _nhwc_view(data)
     return conv2d_nhwc_fused_x86(
         *workload_args(spec, data, _hwio_view(spec, weight), bias, residual)
     )
+
+
+def _nhwc_view(data):
+    """The NHWC view of NCHW ``data`` (never computed: inlined into the pad pass that reads it,
+    so the kernel transposes as it pads; the template, its workload included, sees NHWC)."""
+    n, c, h, w = data.shape
+    return te.compute((n, h, w, c), lambda b, y, x, ch: data[b, ch, y, x], name="data_nhwc")
 
 
 def workload_args(spec: KernelSpec, data, weight, bias, residual) -> tuple:

@@ -14,6 +14,7 @@ from tvm import relay
 
 import tvm_fuse
 from tvm_fuse import boundary_ops, models, testing
+from tvm_fuse import op as fused_op
 from tvm_fuse.examples import conv_bn_layer
 from tvm_fuse.ir_utils import count_ops
 from tvm_fuse.passes.layout import count_layout_transforms
@@ -138,7 +139,11 @@ def test_resnet18_layout_transforms_only_at_entry_and_exit(resnet18):
     mod, _, optimized = resnet18
     assert count_layout_transforms(optimized) <= 2
     assert _calls(optimized, "layout_transform") == []
-    assert len(_calls(optimized, boundary_ops.ENTRY_OP_NAME)) == 1  # the input to NHWC
+    # no transpose at the entry: the stem conv reads the NCHW image itself (passes/entry.py)
+    assert _calls(optimized, boundary_ops.ENTRY_OP_NAME) == []
+    stem = _calls(optimized, fused_op.OP_NAME)[0]
+    assert fused_op.spec_of_call(stem).data.layout == "NCHW"
+    assert tuple(stem.args[0].checked_type.shape) == (1, 3, 224, 224)  # bn_data's NCHW output
     assert len(_calls(optimized, boundary_ops.OP_NAME)) == 1  # back to NCHW before the flatten
     assert count_ops(mod)["layout_transform"] == 0
 

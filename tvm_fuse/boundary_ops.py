@@ -60,6 +60,12 @@ def nchw_to_nhwc(data: relay.Expr) -> relay.Call:
     return transpose(ENTRY_OP_NAME, data)
 
 
+def entry_input(expr: relay.Expr) -> relay.Expr | None:
+    """The NCHW tensor ``expr`` is the entry transpose (``tvm_fuse.nchw_to_nhwc``) of, or None."""
+    entry = relay.op.get(ENTRY_OP_NAME)
+    return expr.args[0] if isinstance(expr, relay.Call) and expr.op == entry else None
+
+
 def boundary_op(call: relay.Call) -> str | None:
     """The op of this module that computes ``call``, a ``layout_transform`` NCHW <-> NHWC of a
     4-D, statically shaped, non-constant tensor; None for any other call."""

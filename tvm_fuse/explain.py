@@ -146,7 +146,8 @@ def kernel_path(spec: KernelSpec, target) -> str:
     """Which implementation the strategy picks for ``spec`` on ``target``, in words."""
     refusal = fast_path_refusal(spec, target)
     if refusal is None:
-        return f"fast x86 kernel ({fast_kernel(spec).NAME})"
+        reads = ", transposing its NCHW input as it pads it" if spec.data.layout == "NCHW" else ""
+        return f"fast x86 kernel ({fast_kernel(spec).NAME}){reads}"
     return f"generic NHWC fallback ({refusal})"
 
 

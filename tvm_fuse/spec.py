@@ -53,6 +53,9 @@ ACTIVATIONS = {
 
 #: How a fused kernel computes the conv: "direct" (any conv), "winograd" (3x3, stride 1 or 2).
 ALGORITHMS = ("direct", "winograd")
+#: The layouts a fused kernel reads its data in: NHWC, or the NCHW tensor the graph's entry
+#: transpose would have made it from (the kernel transposes as it reads: ``with_nchw_data``).
+DATA_LAYOUTS = ("NHWC", "NCHW")
 
 _LANES = re.compile(r"(\d+)o$")
 
@@ -128,6 +131,11 @@ class KernelSpec:
                 f"KernelSpec: unknown activation {self.activation!r}; "
                 f"supported: {', '.join(ACTIVATIONS)}"
             )
+        if self.data.layout not in DATA_LAYOUTS:
+            raise ValueError(
+                f"KernelSpec: data layout {self.data.layout!r}; "
+                f"supported: {', '.join(DATA_LAYOUTS)}"
+            )
         if self.algorithm not in ALGORITHMS:
             raise ValueError(
                 f"KernelSpec: unknown algorithm {self.algorithm!r}; "
@@ -184,6 +192,11 @@ class KernelSpec:
         if residual:
             fields["residual"] = self.out
         return dataclasses.replace(self, **fields)
+
+    def with_nchw_data(self) -> KernelSpec:
+        """This spec reading its NHWC data from the NCHW tensor it is the transpose of."""
+        n, h, w, c = self.data.shape
+        return dataclasses.replace(self, data=TensorSpec((n, c, h, w), "NCHW", self.data.dtype))
 
     # -- what it computes -------------------------------------------------------------------
     @property

@@ -116,6 +116,14 @@ def preferred_spec(spec: KernelSpec, target) -> KernelSpec:
     return dataclasses.replace(spec, weight=packing.packed_weight(spec, lanes))
 
 
+def reads_nchw_data(spec: KernelSpec) -> bool:
+    """Whether the kernel of ``spec``, its weight as ``PackWeights`` left it, wants the NCHW
+    tensor its NHWC data is the graph's entry transpose of (``passes.entry.ReadNCHWInput``): the
+    direct fast kernel, where its tile model says so (``tiling.reads_nchw_data``)."""
+    direct = spec.lanes is not None and spec.algorithm == "direct" and not spec.depthwise
+    return direct and spec.data.layout == "NHWC" and tiling.reads_nchw_data(spec)
+
+
 def winograd_weight_expr(weight, spec: KernelSpec, wanted: KernelSpec):
     """Relay ops computing the Winograd-domain weight of ``wanted`` from the HWIO ``weight`` of
     ``spec`` (``U = G g G^T`` in float64, Co padded, laid out for the kernel)."""
