@@ -96,6 +96,13 @@ TRANSFORM_NS = 0.25
 MIN_GAIN = 1.15
 #: The tile sizes the kernel supports.
 TILES = (2, 4)
+#: At stride 2 the polyphase F(2x2) is taken wherever the model expects it to pay, F(4x4) only
+#: where F(2x2) does not: estimated (and measured alone, warm) the faster of the two on 28x28
+#: outputs, F(4x4) lost to it in whole models. With F(2x2) on their 56x56 -> 28x28 convs ONNX
+#: ResNet-50 ran in 0.976x and 0.982x the time and ResNet-18 in 0.967x; with them direct,
+#: 0.969-0.991x and 0.980-0.983x (znver5, interleaved with the same build using F(4x4), 31-41
+#: rounds each).
+STRIDE_2_FIRST = 2
 #: The cost of a stride-2 transform per point, as a share of a stride-1 one: in the polyphase
 #: form (``winograd_weights``) m of the 2m + 1 points of each axis carry an input sample through
 #: unchanged. Fitted on znver5 to 12 stride-2 3x3 convs (C 3-512, maps 7-112, F(2x2) and F(4x4),
@@ -142,13 +149,19 @@ def choose_winograd_tile(
     stride: int = 1,
 ) -> int:
     """m of the fastest Winograd F(m x m, 3x3) among ``tiles`` when the model expects it at least
-    ``MIN_GAIN`` times faster than the direct kernel, else 0 (direct)."""
+    ``MIN_GAIN`` times faster than the direct kernel, else 0 (direct); at stride 2,
+    ``STRIDE_2_FIRST`` wherever it is among ``tiles`` and pays."""
 
     def cost(m):
         return estimated_ns(m, n, ho, wo, ci, co, lanes, cores, stride)
 
+    def pays(m):
+        return cost(m) * MIN_GAIN <= cost(0)
+
+    if stride == 2 and STRIDE_2_FIRST in tiles and pays(STRIDE_2_FIRST):
+        return STRIDE_2_FIRST
     best = min(tiles, key=cost, default=0)
-    return best if best and cost(best) * MIN_GAIN <= cost(0) else 0
+    return best if best and pays(best) else 0
 
 
 def tile_for_spec(spec, lanes: int, cores: int = 0, tiles=TILES) -> int:

@@ -22,7 +22,7 @@ from tvm_fuse.schedules import winograd_weights as weights
 # name -> (input NHWC shape, HWIO weight shape, strides, dilation, padding, groups)
 CONVS = {
     "winograd_3x3_s1": ((1, 28, 28, 64), (3, 3, 64, 64), 1, 1, 1, 1),
-    "winograd_3x3_s2": ((1, 112, 112, 32), (3, 3, 32, 64), 2, 1, 1, 1),
+    "winograd_3x3_s2": ((1, 56, 56, 128), (3, 3, 128, 128), 2, 1, 1, 1),
     "stride2_small_map": ((1, 14, 14, 64), (3, 3, 64, 64), 2, 1, 1, 1),  # 7x7 out
     "dilation2": ((1, 28, 28, 64), (3, 3, 64, 64), 1, 2, 2, 1),
     "pointwise": ((1, 28, 28, 64), (1, 1, 64, 64), 1, 1, 0, 1),
@@ -72,7 +72,7 @@ def test_winograd_only_where_it_applies_and_pays(rng):
     assert len(choices) == len(fused)
     assert dict(zip(fused, choices)) == {
         "winograd_3x3_s1": ("winograd", 4),
-        "winograd_3x3_s2": ("winograd", 4),
+        "winograd_3x3_s2": ("winograd", 2),  # stride 2: F(2x2) wherever it pays
         **{name: ("direct", 0) for name in fused[2:]},
     }
 
@@ -136,8 +136,9 @@ def test_built_winograd_matches_stock_with_nothing_left_to_transform(rng):
 
 def test_built_stride2_winograd_matches_stock(rng):
     """conv + bias + ReLU, stride 2 on an odd 109x109 map (55x55 out: the last tiles overhang),
-    as Winograd F(4x4) against stock TVM; the weight is the polyphase one (alpha = 2m + 1 = 9
-    points per axis, of which the 4 odd ones share a row: 6 rows), transformed at compile time."""
+    as Winograd against stock TVM: F(4x4) with 16 full-width lanes (Zen 5, Intel), F(2x2) where
+    that pays (AVX2, Zen 4); the weight is the polyphase one (alpha = 2m + 1 points per axis, of
+    which the m odd ones share a row: m + 2 rows), transformed at compile time."""
     x = relay.var("x", shape=(1, 109, 109, 64))
     w = relay.const(rng.standard_normal((3, 3, 64, 64)).astype("float32") / 24)
     b = relay.const(rng.standard_normal(64).astype("float32"))
@@ -152,13 +153,14 @@ def test_built_stride2_winograd_matches_stock(rng):
         kernel_layout="HWIO",
     )
     mod = tvm.IRModule.from_expr(relay.Function([x], relay.nn.relu(relay.nn.bias_add(conv, b, 3))))
-    assert chosen(mod, {}) == [("winograd", 4)]
+    ((algorithm, m),) = chosen(mod, {})
+    assert algorithm == "winograd"
     lib = tvm_fuse.build(mod, target=tvm_fuse.host_target())
     data = {"x": rng.standard_normal((1, 109, 109, 64)).astype("float32")}
     testing.assert_close(testing.run(lib, data), testing.run(testing.build_stock(mod), data), 1e-4)
     lanes = strategy.simd_lanes(tvm_fuse.host_target())
     shapes = [p.shape for p in lib.get_params().values()]
-    assert weights.transformed_shape(4, lanes, 64, 64) in shapes  # [36 + 9, 64 / VL, 64, VL]
+    assert weights.transformed_shape(m, lanes, 64, 64) in shapes  # [(m + 2)^2 + 9, 64 / VL, ..]
 
 
 def test_cli_algorithm_options_reach_explain(rng):

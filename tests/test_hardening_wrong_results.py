@@ -123,7 +123,8 @@ def test_depthwise_kernel_on_nan_and_inf_matches_stock(activation):
         assert np.isnan(ref).any() and np.isposinf(ref).any() and np.isneginf(ref).any()
 
 
-#: NHWC data shape, Co, stride: convs the cost model gives Winograd F(4x4) on every machine.
+#: NHWC data shape, Co, stride: convs the cost model gives Winograd on every machine (F(4x4) at
+#: stride 1; at stride 2 F(2x2) on AVX2 and Zen 4, F(4x4) on Zen 5 and Intel's AVX-512).
 WINOGRAD_CONVS = {"stride1": ((1, 16, 16, 32), 32, 1), "stride2": ((1, 112, 112, 32), 64, 2)}
 
 
@@ -154,7 +155,7 @@ def test_winograd_kernel_on_nan_and_inf_matches_stock(activation, conv):
     y = ACTIVATIONS[activation](relay.add(relay.nn.bias_add(y, bias, axis=3), residual))
     mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x, residual], y)))
     (spec,) = tvm_fuse.describe(tvm_fuse.optimize(mod, {}, tvm_fuse.host_target()))
-    assert (spec.algorithm, spec.winograd_tile) == ("winograd", 4)
+    assert spec.algorithm == "winograd" and (spec.winograd_tile == 4 or stride == 2)
     inputs = {
         "x": _specials(rng, data_shape, [(0, 5, 6, 3), (0, 10, 10, 5), (0, 8, 4, 0)]),
         "residual": _specials(rng, out_shape, [(0, 3, 3, 1), (0, 7, 2, 4), (0, 1, 6, 0)]),
