@@ -50,7 +50,7 @@ from tvm.autotvm.task.space import OtherOptionEntity, SplitEntity
 
 from .. import lowering
 from ..spec import KernelSpec
-from . import fused_te, packing, tiling
+from . import fused_te, packing, tiling, transposes
 from .fused_te import CONV_TAG
 from .te_utils import find_tagged, inline_all_but, pad_rows_in_parallel
 
@@ -85,18 +85,11 @@ def compute(spec: KernelSpec, data, weight, bias, residual):
             f"{NAME}: needs float32 data and a packed OHWI{{VL}}o weight, got data "
             f"{data.dtype}{list(data.shape)} and weight {weight.dtype}{list(weight.shape)}"
         )
-    if spec.data.layout == "NCHW":
-        data = _nhwc_view(data)
+    if spec.data.layout == "NCHW":  # an NHWC view, inlined into the pad pass that reads it
+        data = transposes.entry_compute(data)
     return conv2d_nhwc_fused_x86(
         *workload_args(spec, data, _hwio_view(spec, weight), bias, residual)
     )
-
-
-def _nhwc_view(data):
-    """The NHWC view of NCHW ``data`` (never computed: inlined into the pad pass that reads it,
-    so the kernel transposes as it pads; the template, its workload included, sees NHWC)."""
-    n, c, h, w = data.shape
-    return te.compute((n, h, w, c), lambda b, y, x, ch: data[b, ch, y, x], name="data_nhwc")
 
 
 def workload_args(spec: KernelSpec, data, weight, bias, residual) -> tuple:

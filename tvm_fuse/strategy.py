@@ -120,7 +120,7 @@ def reads_nchw_data(spec: KernelSpec) -> bool:
     """Whether the kernel of ``spec``, its weight as ``PackWeights`` left it, wants the NCHW
     tensor its NHWC data is the graph's entry transpose of (``passes.entry.ReadNCHWInput``): the
     direct fast kernel, where its tile model says so (``tiling.reads_nchw_data``)."""
-    direct = spec.lanes is not None and spec.algorithm == "direct" and not spec.depthwise
+    direct = spec.lanes is not None and fast_kernel(spec) is fast
     return direct and spec.data.layout == "NHWC" and tiling.reads_nchw_data(spec)
 
 
