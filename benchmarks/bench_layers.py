@@ -9,6 +9,9 @@ Every output is checked against stock TVM's and its error measured against a flo
 reference; GFLOP/s and % of the measured FMA peak come with each time: the median run's and the
 best run's (``best run``), the peak being the best run of its microkernel. On a shared machine
 the two differ by what the neighbours took; the best run says what the code can do.
+tvm_fuse's rows also time its fused conv kernel alone, in the same rounds (``kernel ms``,
+``kernel %`` of the peak; TVM's debug executor): the layer less the transposes between the NCHW
+graph and the NHWC kernel, which a whole model pays once, not per conv.
 
 The table holds ResNet's layers (stem, the 3x3 stages l1-l4, the strided seed and down
 convs), ResNet-50 bottleneck 1x1 convs (``r50_*``) and MobileNet-v2-style layers (``mb_*``:
@@ -41,6 +44,7 @@ from tvm import relay  # noqa: E402
 from tvm.topi.testing import conv2d_nchw_python  # noqa: E402
 
 import tvm_fuse  # noqa: E402
+from tvm_fuse.op import OP_NAME  # noqa: E402
 from tvm_fuse.errors import UserError  # noqa: E402
 from tvm_fuse.target import as_target  # noqa: E402
 
@@ -129,7 +133,18 @@ def bench_layer(layer: Layer, target, cfg: common.TimingConfig, impls=IMPLS) -> 
         mod, params, arrays["data"], target, lambda: torch_layer(layer, arrays), impls
     )
     exact = reference_f64(layer, arrays)
-    return common.run_case(preps, reference="tvm_nchwc", cfg=cfg, exact=exact)
+    kernels = {name: fused_conv_kernel for name in ("tvm_fuse", "tvm_fuse_direct")}
+    return common.run_case(preps, reference="tvm_nchwc", cfg=cfg, exact=exact, kernels=kernels)
+
+
+def fused_conv_kernel(runner: common.TvmRunner) -> common.KernelRunner:
+    """The fused conv kernel of tvm_fuse's build of a layer, timed alone: the layer less the
+    transposes between the NCHW graph and the NHWC kernel, which a model pays once."""
+    return common.KernelRunner(runner, FUSED_KERNEL)
+
+
+#: What the graph executor's name of a tvm_fuse kernel holds: the fused op's name.
+FUSED_KERNEL = OP_NAME.replace(".", "_")
 
 
 def layer_record(layer: Layer, results: dict[str, common.Result], peak: float, target) -> dict:
@@ -147,10 +162,12 @@ def print_report(records: list[dict], peak: dict) -> None:
             status = common.status(res)
             rows.append(
                 [rec["layer"]["name"], name, res["ms"], res.get("gflops"), res.get("pct_peak")]
-                + [res.get("pct_peak_best"), res.get("err_f64"), res["build_s"], status]
+                + [res.get("pct_peak_best"), res.get("kernel_ms"), res.get("kernel_pct_peak")]
+                + [res.get("err_f64"), res["build_s"], status]
             )
+    headers = ["layer", "impl", "ms", "GFLOP/s", "% peak", "best run", "kernel ms", "kernel %"]
     common.print_table(
-        ["layer", "impl", "ms", "GFLOP/s", "% peak", "best run", "err/f64", "build s", "check"],
+        headers + ["err/f64", "build s", "check"],
         rows,
         title=f"\nconv+BN+ReLU, batch 1, fp32, {common.THREADS} threads; "
         f"peak {peak['gflops_all']:.1f} GFLOP/s",

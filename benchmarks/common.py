@@ -19,6 +19,7 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,7 @@ import numpy as np  # noqa: E402
 import tvm  # noqa: E402
 from tvm import relay  # noqa: E402
 from tvm.contrib import graph_executor  # noqa: E402
+from tvm.contrib.debugger import debug_executor  # noqa: E402
 
 import tvm_fuse  # noqa: E402
 from tvm_fuse.bench import RESULTS  # noqa: E402
@@ -173,6 +175,7 @@ class TvmRunner(Runner):
     """A built Relay module on the stock graph executor, inputs set once; timed by TVM."""
 
     def __init__(self, lib, inputs: dict[str, np.ndarray]):
+        self.lib, self.inputs = lib, inputs
         self.dev = tvm.cpu()
         self.module = graph_executor.GraphModule(lib["default"](self.dev))
         self.module.set_input(**inputs)
@@ -184,6 +187,29 @@ class TvmRunner(Runner):
     def timed(self, number: int) -> float:
         evaluator = self.module.module.time_evaluator("run", self.dev, number=number, repeat=1)
         return evaluator().mean * 1e3
+
+
+class KernelRunner(Runner):
+    """The one kernel of a ``TvmRunner``'s module whose node name holds ``name``, timed alone
+    by TVM's debug executor on the tensors of a whole run (warm in cache). It has no output of
+    its own to check; a module without exactly one such kernel is a ``Skip``."""
+
+    def __init__(self, runner: TvmRunner, name: str):
+        graph_json = runner.lib.get_graph_json()
+        nodes = json.loads(graph_json)["nodes"]
+        found = [i for i, n in enumerate(nodes) if n["op"] == "tvm_op" and name in n["name"]]
+        if len(found) != 1:
+            raise Skip(f"{len(found)} kernels named {name}, not one")
+        (self.index,) = found
+        self._dumps = tempfile.TemporaryDirectory()  # the debug executor's dump_root
+        self.debug = debug_executor.create(
+            graph_json, runner.lib.get_lib(), runner.dev, dump_root=self._dumps.name
+        )
+        self.debug.set_input(**runner.lib.get_params(), **runner.inputs)
+        self.debug.run()  # every intermediate tensor holds the values of a real run
+
+    def timed(self, number: int) -> float:
+        return self.debug.run_individual_node(self.index, number=number).mean * 1e3
 
 
 class CallableRunner(Runner):
@@ -266,6 +292,9 @@ class Result:
             # like with like: the peak is the best run of its microkernel
             best = out["min_ms"]
             out["pct_peak_best"] = pct_of_peak(gflop, best, peak_gflops) if best else None
+        if gflop is not None and out.get("kernel_ms"):  # its kernel alone (run_case's kernels)
+            out["kernel_pct_peak"] = pct_of_peak(gflop, out["kernel_ms"], peak_gflops)
+            out["kernel_pct_peak_best"] = pct_of_peak(gflop, out["kernel_min_ms"], peak_gflops)
         return out
 
 
@@ -293,6 +322,7 @@ def run_case(
     reference: str,
     cfg: TimingConfig,
     exact: np.ndarray | None = None,
+    kernels: dict[str, Callable[[Runner], Runner]] | None = None,
 ) -> dict[str, Result]:
     """Prepare and check every implementation against ``reference``, then time them all.
 
@@ -300,7 +330,9 @@ def run_case(
     ``Skip`` with a note. With ``exact`` (a float64 reference), every result also records
     its ``err_f64`` (``relative_error``). A failing build or run is recorded as ``error`` and
     printed; the other implementations still run. The reference is prepared first; the timing
-    is interleaved (``time_interleaved``).
+    is interleaved (``time_interleaved``). ``kernels[name](runner)``, for an implementation that
+    ran, gives a Runner of its main kernel alone (``KernelRunner``), timed in the same rounds
+    and recorded as the implementation's ``kernel_ms`` (median) and ``kernel_min_ms``.
     """
     order = [reference] + [name for name in preparers if name != reference]
     results, runners, ref_out = {}, {}, None
@@ -330,9 +362,24 @@ def run_case(
         else:
             result.check = check_close(name, out, ref_out)
         runners[name] = runner
-    for name, timing in time_interleaved(runners, cfg).items():
-        results[name].timing = timing
+    timed = dict(runners)
+    for name, kernel_of in (kernels or {}).items():
+        if name in runners:
+            try:
+                timed[name + KERNEL_SUFFIX] = kernel_of(runners[name])
+            except Skip as note:
+                print(f"  {name}: its kernel is not timed alone: {note}", flush=True)
+    for name, timing in time_interleaved(timed, cfg).items():
+        if name in results:
+            results[name].timing = timing
+        else:
+            extra = results[name.removesuffix(KERNEL_SUFFIX)].extra
+            extra.update(kernel_ms=timing.median_ms, kernel_min_ms=timing.min_ms)
     return results
+
+
+#: How ``run_case`` names an implementation's kernel among the runners it times.
+KERNEL_SUFFIX = " kernel"
 
 
 class Skip(Exception):

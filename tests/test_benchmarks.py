@@ -75,6 +75,40 @@ def test_layer_errors_are_measured_against_float64(tiny_run):
         assert 0 < res["err_f64"] < 1e-5, name  # float32 rounding, never exactly zero
 
 
+def test_layer_times_tvm_fuses_conv_kernel_alone(tiny_run):
+    """tvm_fuse's rows also give the fused conv kernel timed alone in the same rounds, with its
+    % of the peak; the stock build has no such kernel."""
+    _, on_disk = tiny_run
+    record = on_disk["layers"][0]
+    peak = on_disk["fma_peak"]["gflops_all"]
+    for name in ("tvm_fuse", "tvm_fuse_direct"):
+        res = record["results"][name]
+        assert 0 < res["kernel_min_ms"] <= res["kernel_ms"], name
+        pct = 100 * record["gflop"] / (res["kernel_ms"] * 1e-3) / peak
+        assert res["kernel_pct_peak"] == pytest.approx(pct), name
+        best = 100 * record["gflop"] / (res["kernel_min_ms"] * 1e-3) / peak
+        assert res["kernel_pct_peak_best"] == pytest.approx(best), name
+    assert "kernel_ms" not in record["results"]["tvm_nchwc"]
+
+
+def test_kernel_runner_times_the_one_fused_conv_of_a_build():
+    """``KernelRunner`` finds the fused conv among the graph's kernels (not the boundary
+    transposes), runs it on a real run's tensors, and refuses a name no kernel holds."""
+    mod, params = examples.seed_example()
+    data = np.random.default_rng(0).standard_normal((1, 64, 56, 56)).astype("float32")
+    lib = common.build_fuse(mod, params, tvm_fuse.host_target())
+    runner = common.TvmRunner(lib, {"data": data})
+    kernel = bench_layers.fused_conv_kernel(runner)
+    node = json.loads(runner.lib.get_graph_json())["nodes"][kernel.index]
+    assert node["op"] == "tvm_op" and "tvm_fuse_conv2d_nhwc_fused" in node["name"]
+    out = kernel.debug.debug_get_output(kernel.index).numpy()
+    expected = runner.output().transpose(0, 2, 3, 1)  # the exit transpose's input: NHWC
+    np.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-6)
+    assert kernel.timed(3) > 0
+    with pytest.raises(common.Skip, match="0 kernels named no_such_kernel"):
+        common.KernelRunner(runner, "no_such_kernel")
+
+
 def test_float64_reference_of_a_depthwise_layer_matches_stock_tvm():
     """``reference_f64`` (NumPy) of a depthwise layer (the layer table's MobileNet-v2 ``mb_dw``
     is one) against stock TVM's float32 build and tvm_fuse's, which runs its depthwise kernel."""
