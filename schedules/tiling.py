@@ -47,12 +47,19 @@ would stream a 1.18 MB slice from L3), ``mb_last`` in 0.85x, l2 0.97x, the other
 In a sweep of the knobs, 7 x 4 (LLVM spills) and 6 x 4 ran 6-20 % slower than 14 x 2 on l1-l3.
 Which kind of core it is, is read from the host (:func:`host_is_amd`,
 :func:`host_splits_avx512`), as the cache sizes are.
+
+On every machine the tile's operand streams must fit the ways of one L1 set
+(:func:`fits_l1_sets`): input pixels a multiple of 4 KiB apart (1024 channels, or 512 at
+stride 2) share a set. Measured on Zen 5 (12 ways), where it narrows 14 x 2 to 7 x 2 on
+ResNet-50's 1x1 convs of 1024 input channels; on Zen 4's 8-way L1 it narrows the flat 6 x 4 of
+those layers to 4 x 4, not measured there; Zen 3's 3 x 4 and Rocket Lake's tiles fit already.
 This module is plain Python: it knows nothing of TE.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,8 +83,22 @@ AVX2_FLAT_GAIN = 0.05
 #: Caches the weight models assume where the host's are unknown (Zen 3/4: 32 KiB L1d).
 DEFAULT_L1_BYTES = 32 * 1024
 DEFAULT_L2_BYTES = 512 * 1024
+DEFAULT_L1_WAYS = 8
 #: Cost of one weight-vector load streamed from L2, in broadcasts from L1.
 L2_WEIGHT_LOAD_COST = 3
+
+
+def _host_cache_field(level: int, name: str) -> str | None:
+    """The sysfs field ``name`` of this machine's core 0 data cache of ``level`` (Linux), else
+    None."""
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            found, kind, value = ((index / f).read_text().strip() for f in ("level", "type", name))
+        except OSError:
+            continue
+        if found == str(level) and kind in ("Data", "Unified"):
+            return value
+    return None
 
 
 @functools.lru_cache(maxsize=None)
@@ -86,14 +107,8 @@ def host_cache_bytes(level: int, default: int) -> int:
 
     The model assumes it compiles for the machine it runs on, as ``tvm_fuse.host_target()``
     does; a build for another machine can tune instead."""
-    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
-        try:
-            found, kind, size = ((index / f).read_text().strip() for f in ("level", "type", "size"))
-        except OSError:
-            continue
-        if found == str(level) and kind in ("Data", "Unified") and size.endswith("K"):
-            return int(size[:-1]) * 1024
-    return default
+    size = _host_cache_field(level, "size")
+    return int(size[:-1]) * 1024 if size and size.endswith("K") and size[:-1].isdigit() else default
 
 
 def host_l1d_bytes() -> int:
@@ -104,6 +119,14 @@ def host_l1d_bytes() -> int:
 def host_l2_bytes() -> int:
     """The host's L2 cache (per core), else ``DEFAULT_L2_BYTES``."""
     return host_cache_bytes(2, DEFAULT_L2_BYTES)
+
+
+@functools.lru_cache(maxsize=None)
+def host_l1d_ways() -> int:
+    """The associativity of this machine's L1 data cache (Linux sysfs), else
+    ``DEFAULT_L1_WAYS``."""
+    ways = _host_cache_field(1, "ways_of_associativity")
+    return int(ways) if ways and ways.isdigit() and int(ways) > 0 else DEFAULT_L1_WAYS
 
 
 def _host_cpuinfo(field_name: str) -> set[str]:
@@ -181,6 +204,7 @@ class Machine:
     streaming_spill: int = 1  # registers a tile that streams its weights may spill (that model)
     flat_streams: bool = False  # score flat tiles by that model too
     l1_bytes: int = field(default_factory=host_l1d_bytes)  # L1 data cache, for that model
+    l1_ways: int = field(default_factory=host_l1d_ways)  # its associativity (``fits_l1_sets``)
     weights_fit_l2: bool = False  # keep a tile's weight slice within L2 (measured on AVX2)
     l2_bytes: int = field(default_factory=host_l2_bytes)  # L2 cache per core, for that rule
     flat_gain: float = FLAT_GAIN  # margin a flat tile needs over a Wo tile, output in L2
@@ -277,17 +301,18 @@ def register_tiles(
     spills=lambda ocb: 0,
     allowed=lambda ocb: True,
     held=min,
+    fits_sets=lambda owb, ocb: True,
 ) -> list[tuple[int, int]]:
     """Every (owb, ocb) whose accumulators, the operands it holds (``held(owb, ocb)``: the
     smaller set, for a schedule that can loop either way, ``vec_outer``) and one streamed
     operand fit the registers with at most ``spills(ocb)`` registers spilled, for the
-    ``allowed(ocb)`` vector counts."""
+    ``allowed(ocb)`` vector counts, whose streams ``fits_sets(owb, ocb)`` (:func:`fits_l1_sets`)."""
     return [
         (owb, ocb)
         for ocb in range(1, MAX_OCB + 1)
         if co_vectors % ocb == 0 and allowed(ocb)
         for owb in range(1, min(wo, MAX_OWB) + 1)
-        if owb * ocb + held(owb, ocb) + 1 <= machine.vregs + spills(ocb)
+        if owb * ocb + held(owb, ocb) + 1 <= machine.vregs + spills(ocb) and fits_sets(owb, ocb)
     ]
 
 
@@ -298,13 +323,14 @@ def best_tile(
     streams=lambda ocb: False,
     allowed=lambda ocb: True,
     held=min,
+    fits_sets=lambda owb, ocb: True,
 ) -> tuple[float, int, int]:
     """(score, owb, ocb) of the best register tile along a pixel axis of length ``pixels``.
 
     ``streams(ocb)``: whether a tile of ``ocb`` vectors streams its weights from L2 (the L2
     weight model); such a tile pays ``L2_WEIGHT_LOAD_COST`` per weight load and may spill
     ``machine.streaming_spill`` registers. ``allowed(ocb)``: the vector counts to consider;
-    ``held``: as for :func:`register_tiles`."""
+    ``held`` and ``fits_sets``: as for :func:`register_tiles`."""
 
     def score(owb, ocb):
         return tile_score(machine, owb, ocb, pixels, L2_WEIGHT_LOAD_COST if streams(ocb) else 1)
@@ -312,7 +338,7 @@ def best_tile(
     def spills(ocb):
         return machine.streaming_spill if streams(ocb) else 0
 
-    tiles = register_tiles(machine, pixels, co_vectors, spills, allowed, held)
+    tiles = register_tiles(machine, pixels, co_vectors, spills, allowed, held, fits_sets)
     return max((score(owb, ocb), owb, ocb) for owb, ocb in tiles)
 
 
@@ -325,6 +351,30 @@ def weights_overflow_l1(machine: Machine, reduction: int):
     """``streams`` for :func:`best_tile`: whether ``reduction`` (Kh*Kw*Ci) fp32 values x
     ``ocb`` vectors overflow the machine's L1 data cache."""
     return lambda ocb: weight_slice_bytes(machine, reduction, ocb) > machine.l1_bytes
+
+
+def fits_l1_sets(machine: Machine, pixel_stride: int | None):
+    """``fits_sets`` for :func:`best_tile`: whether a tile's operand streams fit one L1 set.
+
+    Each reduction step broadcasts one value from each of the tile's ``owb`` input pixels,
+    ``pixel_stride`` bytes apart (stride x Ci x 4), and loads ``ocb`` weight vectors, each from
+    its own Co block. Addresses a multiple of the L1 way's span (L1 size / ways: 4 KiB on
+    Zen 3-5 and Rocket Lake) apart fall in one set, so with Ci a multiple of 1024 (or 512 at
+    stride 2) all ``owb`` pixels share one set, and so may the weight blocks (their distance,
+    Kh*Kw*Ci*VL*4 bytes, is often such a multiple as well). More streams than the set has ways
+    evict each other's lines before their next use (a line serves 16 consecutive steps), and
+    the broadcasts come from L2. The rule: the streams that share a set, plus ``ocb``, at most
+    the ways. On znver5 (12 ways) the 14 x 2 tiles of ResNet-50's 1x1 convs on 14x14x1024 and
+    (stride 2) 28x28x512 inputs became 7 x 2: 14x14x1024 -> 256 alone ran in 0.956x and 0.72x
+    the time (two runs at different times of the day); ResNet-50 in 0.948-0.977x in three runs
+    (15.9-19.6 ms) and 0.994-0.997x in three others (15.4-17.4 ms; there two identical builds
+    differed by up to 1.8 %), each interleaved with ONNX Runtime, 31-41 rounds. ``pixel_stride``
+    None: no rule."""
+    if pixel_stride is None:
+        return lambda owb, ocb: True
+    span = machine.l1_bytes // machine.l1_ways
+    offsets = span // math.gcd(pixel_stride, span)  # the set offsets the pixels cycle through
+    return lambda owb, ocb: -(-owb // offsets) + ocb <= machine.l1_ways
 
 
 def weights_fit_l2(machine: Machine, reduction: int):
@@ -345,6 +395,7 @@ def choose_tiles(
     ho: int = 1,
     ragged_co: bool = False,
     window: int = 1,
+    pixel_stride: int | None = None,
 ) -> Tiles:
     """The model's tiles for a layer of output ``ho x wo``, Co/VL vectors and ``ci`` inputs.
 
@@ -354,7 +405,11 @@ def choose_tiles(
     ``FLAT_GAIN``, or the machine's ``flat_gain`` when that output fits L2 and the window is
     larger than 1x1 (the pass is then cheap against the conv). Where the
     machine says so, a tile's weight slice must fit L2 (:func:`weights_fit_l2`). A Wo tile is then
-    re-chosen by the L2 weight model where the machine uses it (``window`` = Kh*Kw).
+    re-chosen by the L2 weight model where the machine uses it (``window`` = Kh*Kw). The tile
+    chosen must keep its operand streams within an L1 set (:func:`fits_l1_sets`;
+    ``pixel_stride``: the bytes between the input pixels of neighbouring outputs); that narrows
+    the tile, it does not decide between Wo and flat tiles (flat 6 x 4, which the scores prefer
+    to 7 x 2 Wo tiles on those layers once 14 x 2 is out: ResNet-50 1.003x and 1.011x as long).
 
     ``ragged_co`` (Co not a multiple of VL, padded in the packed weight) always takes the flat
     tile when there is more than one row: a Wo tile is computed where the output is stored, and
@@ -365,17 +420,19 @@ def choose_tiles(
     fits = weights_fit_l2(machine, window * ci)
     streams = weights_overflow_l1(machine, window * ci)
     # Wo against flat tiles: compared by the L2 weight model where the machine scores flat
-    # tiles by it too, else by the base model.
+    # tiles by it too, else by the base model; the L1 sets narrow the chosen kind's tile only
     compared = streams if machine.flat_streams else lambda ocb: False
-    score, owb, ocb = best_tile(machine, wo, co_vectors, compared, allowed=fits)
-    flat_score, flat_owb, flat_ocb = best_tile(machine, ho * wo, co_vectors, compared, fits)
+    score, _, _ = best_tile(machine, wo, co_vectors, compared, allowed=fits)
+    flat_score, _, _ = best_tile(machine, ho * wo, co_vectors, compared, fits)
     out_bytes = ho * wo * co_vectors * machine.lanes * 4
     cheap_pass = window > 1 and out_bytes <= machine.l2_bytes
     margin = machine.flat_gain if cheap_pass else FLAT_GAIN
+    sets = fits_l1_sets(machine, pixel_stride)
     if ho > 1 and (ragged_co or flat_score > score * (1 + margin)):
-        return Tiles(owb=flat_owb, ocb=flat_ocb, icb=ci, flat=True)
-    if machine.l2_weight_model:
-        _, owb, ocb = best_tile(machine, wo, co_vectors, streams, allowed=fits)
+        _, owb, ocb = best_tile(machine, ho * wo, co_vectors, compared, fits, fits_sets=sets)
+        return Tiles(owb=owb, ocb=ocb, icb=ci, flat=True)
+    wo_streams = streams if machine.l2_weight_model else compared
+    _, owb, ocb = best_tile(machine, wo, co_vectors, wo_streams, allowed=fits, fits_sets=sets)
     return Tiles(owb=owb, ocb=ocb, icb=ci)
 
 
@@ -393,6 +450,7 @@ def tiles_for(spec) -> Tiles:
         ho=ho,
         ragged_co=co % lanes != 0,
         window=kh * kw,
+        pixel_stride=spec.strides[1] * spec.in_channels * 4,  # float32 NHWC: one pixel, Ci values
     )
 
 

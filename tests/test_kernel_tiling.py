@@ -96,6 +96,67 @@ def test_avx512_weights_that_fit_l1_keep_the_base_tile():
         assert tiling.choose_tiles(with_model, **layer) == tiling.choose_tiles(without, **layer)
 
 
+#: Zen 5's AVX-512 machine with its caches: 48 KiB, 12-way L1d (4 KiB a way), 1 MiB L2.
+ZEN5 = tiling.Machine(
+    lanes=16,
+    fma_lanes=16,
+    vregs=32,
+    l2_weight_model=True,
+    streaming_spill=0,
+    flat_streams=True,
+    weights_fit_l2=True,
+    l1_bytes=48 * 1024,
+    l1_ways=12,
+    l2_bytes=1024 * 1024,
+    memory_speed=tiling.ZEN5_MEMORY_SPEED,
+)
+
+
+@pytest.mark.parametrize(
+    "pixel_stride, owb, ocb, fits",
+    [
+        (4096, 10, 2, True),  # 10 pixels in one set, plus 2 weight streams: the 12 ways
+        (4096, 11, 2, False),
+        (4096, 14, 2, False),  # ResNet-50's 1x1 convs on 14x14x1024 before the rule
+        (4096, 7, 4, True),
+        (8192, 11, 2, False),  # 8 KiB apart: one set as well
+        (2048, 14, 2, True),  # two sets of 7
+        (2048, 16, 4, True),
+        (3 * 4, 16, 4, True),  # an image's 3 channels: every pixel in its own line
+        (None, 16, 4, True),  # no stride given: no rule
+    ],
+)
+def test_a_tiles_streams_must_fit_the_ways_of_one_l1_set(pixel_stride, owb, ocb, fits):
+    assert tiling.fits_l1_sets(ZEN5, pixel_stride)(owb, ocb) is fits
+
+
+@pytest.mark.parametrize(
+    "ho, ci, stride, tiles",
+    [
+        (14, 1024, 1, tiling.Tiles(7, 2, 1024)),  # was 14 x 2: 14 pixels in one set
+        (14, 512, 2, tiling.Tiles(7, 2, 512)),  # 28x28x512 at stride 2: 4 KiB apart too
+        (14, 256, 1, tiling.Tiles(14, 2, 256)),  # 1 KiB apart: four sets, unchanged
+        (7, 2048, 1, tiling.Tiles(7, 2, 2048)),  # 7 pixels fit already
+    ],
+)
+def test_zen5_narrows_the_tiles_of_1x1_convs_whose_pixels_share_an_l1_set(ho, ci, stride, tiles):
+    """ResNet-50's 1x1 convs (Co 256: 16 vectors): the rule narrows the Wo tile, and leaves the
+    choice of Wo tiles over flat ones as it was (flat 6 x 4 scores higher than 7 x 2)."""
+    layer = dict(wo=ho, co_vectors=16, ci=ci, ho=ho, window=1)
+    assert tiling.choose_tiles(ZEN5, **layer, pixel_stride=stride * ci * 4) == tiles
+    assert not tiling.choose_tiles(ZEN5, **layer).flat  # the same kind without the rule
+
+
+def test_the_l1_ways_come_from_sysfs_else_the_default(monkeypatch):
+    monkeypatch.setattr(tiling, "_host_cache_field", lambda level, name: "12")
+    tiling.host_l1d_ways.cache_clear()
+    assert tiling.host_l1d_ways() == 12
+    monkeypatch.setattr(tiling, "_host_cache_field", lambda level, name: None)
+    tiling.host_l1d_ways.cache_clear()
+    assert tiling.host_l1d_ways() == tiling.DEFAULT_L1_WAYS
+    tiling.host_l1d_ways.cache_clear()
+
+
 def test_avx2_and_the_host_l1():
     assert not tiling.machine_for(8).l2_weight_model
     assert tiling.host_l1d_bytes() >= 16 * 1024
@@ -201,12 +262,14 @@ LAYER_TILES = {
     ("down", "zen5"): (4, 4, 0, 64),
 }
 #: The target of each column, whether its host is AMD's and splits 512-bit FMAs, its caches.
-SMALL_CACHES = dict(l1_bytes=32 * 1024, l2_bytes=512 * 1024)
+SMALL_CACHES = dict(l1_bytes=32 * 1024, l1_ways=8, l2_bytes=512 * 1024)
 TARGETS = {
     8: ("llvm -mcpu=znver3", True, False, SMALL_CACHES),
     16: ("llvm -mcpu=skylake-avx512", False, False, SMALL_CACHES),
     "zen4": ("llvm -mcpu=znver4", True, True, SMALL_CACHES),
-    "zen5": ("llvm -mcpu=znver5", True, False, dict(l1_bytes=48 * 1024, l2_bytes=1024 * 1024)),
+    "zen5": (
+        "llvm -mcpu=znver5", True, False, dict(l1_bytes=48 * 1024, l1_ways=12, l2_bytes=1024 * 1024)
+    ),
 }
 
 
