@@ -367,9 +367,9 @@ def fits_l1_sets(machine: Machine, pixel_stride: int | None):
     the ways. On znver5 (12 ways) the 14 x 2 tiles of ResNet-50's 1x1 convs on 14x14x1024 and
     (stride 2) 28x28x512 inputs became 7 x 2: 14x14x1024 -> 256 alone ran in 0.956x and 0.72x
     the time (two runs at different times of the day); ResNet-50 in 0.948-0.977x in three runs
-    (15.9-19.6 ms) and 0.994-0.997x in three others (15.4-17.4 ms; there two identical builds
-    differed by up to 1.8 %), each interleaved with ONNX Runtime, 31-41 rounds. ``pixel_stride``
-    None: no rule."""
+    (15.9-19.6 ms: the host's slow mode) and 0.994-1.011x in five others (14.2-17.4 ms, where two
+    identical builds differed by up to 1.8 %), each interleaved with ONNX Runtime, 31-41 rounds:
+    a gain in the slow mode, none to measure in the fast one. ``pixel_stride`` None: no rule."""
     if pixel_stride is None:
         return lambda owb, ocb: True
     span = machine.l1_bytes // machine.l1_ways
