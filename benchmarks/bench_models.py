@@ -31,8 +31,6 @@ from dataclasses import asdict
 from tvm_fuse.bench import common, fma_peak, kernel_profile, peers  # noqa: E402  (common first)
 
 import numpy as np  # noqa: E402
-import tvm  # noqa: E402
-from tvm.contrib.debugger import debug_executor  # noqa: E402
 from tvm.relay import testing  # noqa: E402
 import tvm_fuse  # noqa: E402
 from tvm_fuse import models  # noqa: E402
@@ -198,9 +196,7 @@ def profile(mod, params, data, target, top: int, peak_gflops=None, specs=None, l
         lib = tvm_fuse.build(mod, params=params, target=target)
     graph_json = lib.get_graph_json()
     with tempfile.TemporaryDirectory() as tmp:
-        dbg = debug_executor.create(graph_json, lib.get_lib(), tvm.cpu(), dump_root=tmp)
-        dbg.set_input(**lib.get_params())
-        dbg.set_input("data", data)
+        dbg = common.debug_module(lib, {"data": data}, tmp)
         times = dbg.run_individual(number=5, repeat=3, min_repeat_ms=50)
     if specs is None:
         specs = tvm_fuse.describe(tvm_fuse.optimize(mod, params, target))

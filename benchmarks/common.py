@@ -189,6 +189,16 @@ class TvmRunner(Runner):
         return evaluator().mean * 1e3
 
 
+def debug_module(lib, inputs: dict[str, np.ndarray], dump_root: str):
+    """A built Relay module on TVM's debug executor (its dumps under ``dump_root``), its params
+    and ``inputs`` set: each kernel can then be timed alone."""
+    module = debug_executor.create(
+        lib.get_graph_json(), lib.get_lib(), tvm.cpu(), dump_root=dump_root
+    )
+    module.set_input(**lib.get_params(), **inputs)
+    return module
+
+
 class KernelRunner(Runner):
     """The one kernel of a ``TvmRunner``'s module whose node name holds ``name``, timed alone
     by TVM's debug executor on the tensors of a whole run (warm in cache). It has no output of
@@ -202,10 +212,7 @@ class KernelRunner(Runner):
             raise Skip(f"{len(found)} kernels named {name}, not one")
         (self.index,) = found
         self._dumps = tempfile.TemporaryDirectory()  # the debug executor's dump_root
-        self.debug = debug_executor.create(
-            graph_json, runner.lib.get_lib(), runner.dev, dump_root=self._dumps.name
-        )
-        self.debug.set_input(**runner.lib.get_params(), **runner.inputs)
+        self.debug = debug_module(runner.lib, runner.inputs, self._dumps.name)
         self.debug.debug_get_output(self.index)  # its inputs: a real run's (quietly, unlike run)
 
     def timed(self, number: int) -> float:
