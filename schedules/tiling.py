@@ -124,9 +124,10 @@ def host_l2_bytes() -> int:
 @functools.lru_cache(maxsize=None)
 def host_l1d_ways() -> int:
     """The associativity of this machine's L1 data cache (Linux sysfs), else
-    ``DEFAULT_L1_WAYS``."""
+    ``DEFAULT_L1_WAYS``: also for 0 (fully associative) and 1, where :func:`fits_l1_sets` would
+    leave no tile at all."""
     ways = _host_cache_field(1, "ways_of_associativity")
-    return int(ways) if ways and ways.isdigit() and int(ways) > 0 else DEFAULT_L1_WAYS
+    return int(ways) if ways and ways.isdigit() and int(ways) > 1 else DEFAULT_L1_WAYS
 
 
 def _host_cpuinfo(field_name: str) -> set[str]:

@@ -151,9 +151,10 @@ def test_the_l1_ways_come_from_sysfs_else_the_default(monkeypatch):
     monkeypatch.setattr(tiling, "_host_cache_field", lambda level, name: "12")
     tiling.host_l1d_ways.cache_clear()
     assert tiling.host_l1d_ways() == 12
-    monkeypatch.setattr(tiling, "_host_cache_field", lambda level, name: None)
-    tiling.host_l1d_ways.cache_clear()
-    assert tiling.host_l1d_ways() == tiling.DEFAULT_L1_WAYS
+    for unusable in (None, "0", "1"):  # unknown, fully associative, direct-mapped: no tile fits
+        monkeypatch.setattr(tiling, "_host_cache_field", lambda level, name, ways=unusable: ways)
+        tiling.host_l1d_ways.cache_clear()
+        assert tiling.host_l1d_ways() == tiling.DEFAULT_L1_WAYS
     tiling.host_l1d_ways.cache_clear()
 
 
