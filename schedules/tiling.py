@@ -157,6 +157,15 @@ ZEN3_AND_ZEN4_FAMILY = "25"
 #: read memory at 43-45 GB/s, and ResNet-50 ran 3.5 % slower when the Winograd cost model
 #: assumed Zen 3's rate (it then chose direct for two 7x7x512 convs that F(2x2) runs faster).
 ZEN5_MEMORY_SPEED = 2.0
+#: Intel's AVX-512 cores' rate (measured on 2 emeraldrapids cores): they read a 16 MB weight at
+#: 40-48 GB/s from their shared L3 (300 MB, which keeps ResNet's weights from one run to the
+#: next; 25 GB/s from memory). With Zen 3's rate the Winograd cost model chose direct for the
+#: 7x7x512 convs (estimated 0.98x) that F(2x2) runs 1.40x faster alone; with this rate it takes
+#: F(2x2) there and on 28x28x128 -> 14x14x256 at stride 2: ResNet-18 ran in 0.906-0.910x the
+#: time, ResNet-50 in 0.975-0.987x (three runs, each interleaved with ONNX Runtime, 21-31
+#: rounds). Rocket Lake, on which the tile model's Intel choices were measured, was not
+#: measured with it.
+INTEL_AVX512_MEMORY_SPEED = 2.0
 
 
 @functools.lru_cache(maxsize=None)
@@ -237,7 +246,8 @@ def machine_for(lanes: int) -> Machine:
     512-bit FMA into two 256-bit halves, so it retires 8 lanes per pipe and cycle as AVX2 does
     (``host_splits_avx512``), and takes the base model; other AMD cores (Zen 5) take the L2
     weight model without spilling and keep a tile's weights within L2; Intel's take the L2
-    weight model."""
+    weight model. Zen 5's and Intel's AVX-512 cores stream weights twice as fast as Zen 3
+    (``ZEN5_MEMORY_SPEED``, ``INTEL_AVX512_MEMORY_SPEED``)."""
     if lanes < 16:
         return Machine(
             lanes=lanes, fma_lanes=lanes, vregs=16, weights_fit_l2=True, flat_gain=AVX2_FLAT_GAIN
@@ -255,7 +265,13 @@ def machine_for(lanes: int) -> Machine:
             weights_fit_l2=True,
             memory_speed=ZEN5_MEMORY_SPEED,
         )
-    return Machine(lanes=lanes, fma_lanes=lanes, vregs=32, l2_weight_model=True)
+    return Machine(
+        lanes=lanes,
+        fma_lanes=lanes,
+        vregs=32,
+        l2_weight_model=True,
+        memory_speed=INTEL_AVX512_MEMORY_SPEED,
+    )
 
 
 #: How much more padding of Co whole VL-lane vectors must cost than VL/2-lane ones for the

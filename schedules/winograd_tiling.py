@@ -88,11 +88,12 @@ WEIGHT_BYTES_PER_NS = 22.0
 #: ns per transformed value (input and output transforms: per tile, point and channel).
 TRANSFORM_NS = 0.25
 #: How much faster (estimated) Winograd must be to be chosen: the model is rough. It estimates
-#: F(2x2) on 7x7x512 at 1.19x the direct kernel on AVX2 and on Zen 4 (0.98x on Intel's AVX-512);
-#: on Zen 3 that layer measured 1.15x with its weights flushed from cache (1.3x warm) and
-#: ResNet-18 ran ~6 % faster with it, so AVX2 takes F(2x2) there and Intel's AVX-512 does not.
-#: On Zen 4 it measured 1.41x (warm, ``bench_winograd``). On Zen 5 the estimate is 1.17x, and
-#: ResNet-50 ran 1.006x as long with its 7x7x512 convs direct (15 interleaved rounds).
+#: F(2x2) on 7x7x512 at 1.19x the direct kernel on AVX2 and on Zen 4; on Zen 3 that layer
+#: measured 1.15x with its weights flushed from cache (1.3x warm) and ResNet-18 ran ~6 % faster
+#: with it, so AVX2 takes F(2x2) there. On Zen 4 it measured 1.41x (warm, ``bench_winograd``).
+#: On Zen 5 and Intel's AVX-512 (their memory speed, ``tiling.Machine.memory_speed``) the
+#: estimate is 1.16x; ResNet-50 ran 1.006x as long with its 7x7x512 convs direct on Zen 5
+#: (15 interleaved rounds), and on emeraldrapids F(2x2) ran 1.40x faster than direct alone.
 MIN_GAIN = 1.15
 #: The tile sizes the kernel supports.
 TILES = (2, 4)

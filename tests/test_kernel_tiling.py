@@ -164,22 +164,26 @@ def test_avx2_and_the_host_l1():
 
 
 @pytest.mark.parametrize(
-    "amd, splits, model, spill, fma_lanes",
-    [(False, False, True, 1, 16), (True, True, False, 1, 8), (True, False, True, 0, 16)],
+    "amd, splits, model, spill, fma_lanes, memory_speed",
+    [
+        (False, False, True, 1, 16, tiling.INTEL_AVX512_MEMORY_SPEED),
+        (True, True, False, 1, 8, 1.0),
+        (True, False, True, 0, 16, tiling.ZEN5_MEMORY_SPEED),
+    ],
     ids=["intel", "zen4", "zen5"],
 )
 def test_the_avx512_machine_depends_on_the_kind_of_core(
-    amd, splits, model, spill, fma_lanes, monkeypatch
+    amd, splits, model, spill, fma_lanes, memory_speed, monkeypatch
 ):
     """Intel: the L2 weight model, one register spilled; Zen 4 (512-bit FMAs split in two):
     8 lanes per pipe, the base model; Zen 5: 16 lanes, the model without a spill, the weight
-    slice kept within L2, twice Zen 3's memory speed."""
+    slice kept within L2; Zen 5 and Intel: twice Zen 3's memory speed."""
     host_is(monkeypatch, amd, splits)
     machine = tiling.machine_for(16)
     assert (machine.l2_weight_model, machine.streaming_spill) == (model, spill)
     assert machine.fma_lanes == fma_lanes
     assert machine.weights_fit_l2 == machine.flat_streams == (amd and not splits)
-    assert machine.memory_speed == (tiling.ZEN5_MEMORY_SPEED if amd and not splits else 1.0)
+    assert machine.memory_speed == memory_speed
     assert not tiling.machine_for(8).l2_weight_model
 
 
