@@ -161,10 +161,10 @@ ZEN5_MEMORY_SPEED = 2.0
 #: 40-48 GB/s from their shared L3 (300 MB, which keeps ResNet's weights from one run to the
 #: next; 25 GB/s from memory). With Zen 3's rate the Winograd cost model chose direct for the
 #: 7x7x512 convs (estimated 0.98x) that F(2x2) runs 1.40x faster alone; with this rate it takes
-#: F(2x2) there and on 28x28x128 -> 14x14x256 at stride 2: ResNet-18 ran in 0.906-0.910x the
-#: time, ResNet-50 in 0.975-0.987x (three runs, each interleaved with ONNX Runtime, 21-31
-#: rounds). Rocket Lake, on which the tile model's Intel choices were measured, was not
-#: measured with it.
+#: F(2x2) there and on 28x28x128 -> 14x14x256 at stride 2: ResNet-18 ran in 0.910x the time
+#: (0.906x and 0.930x with only its 7x7x512 convs F(2x2)), ResNet-50, whose only change those
+#: convs are, in 0.975-0.987x (three runs); each interleaved with ONNX Runtime, 21-31 rounds.
+#: Rocket Lake, on which the tile model's Intel choices were measured, was not measured with it.
 INTEL_AVX512_MEMORY_SPEED = 2.0
 
 
