@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
 import numpy as np
 
@@ -61,6 +62,13 @@ DIRECT_TAPS = 9
 def stored_points(m: int) -> int:
     """The slices of the stored weight: ``weight_rows(m)^2`` Winograd points, the direct taps."""
     return weight_rows(m) ** 2 + DIRECT_TAPS
+
+
+def fallback_tap_bytes(spec: KernelSpec) -> int:
+    """Bytes of a Winograd ``spec``'s stored weight that hold the direct taps: the memory the
+    non-finite fallback costs (module docstring); only that fallback reads them."""
+    shape = spec.weight.shape
+    return math.prod(shape) // shape[0] * DIRECT_TAPS * np.dtype(spec.weight.dtype).itemsize
 
 
 def point_index(m: int, row, col):

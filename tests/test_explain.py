@@ -5,7 +5,7 @@ import pytest
 import tvm
 from tvm import relay
 
-from tvm_fuse import examples, explain
+from tvm_fuse import examples, explain, strategy
 from tvm_fuse.api import describe, optimize
 
 
@@ -138,3 +138,40 @@ def test_a_layout_the_kernel_does_not_take_is_named():
         "layout NHWC/OIHW: the fused kernel takes NHWC data and HWIO weights (HWOI for a "
         "depthwise conv)"
     )
+
+
+def _param_bytes(params, suffix):
+    return sum(value.nbytes for name, value in params.items() if name.endswith(suffix))
+
+
+@pytest.mark.parametrize("algorithm", ["direct", "winograd"])
+def test_the_weights_section_counts_what_each_module_holds(algorithm, monkeypatch):
+    """BN folds into the weight and a bias; Winograd F(2x2) stores 16 points, then the conv's
+    own 9 taps for the non-finite fallback: as many bytes as the model's weight."""
+    monkeypatch.setattr(
+        strategy, "winograd_tile", lambda spec, target, tiles=None: 2 * (algorithm == "winograd")
+    )
+    ci, co = 16, 32  # Co a whole number of vectors at 8 and 16 lanes: no padding
+    mod, params = examples.conv_bn_act(data_shape=(1, ci, 8, 8), channels=co)
+    weight = _param_bytes(params, "_weight")
+    assert weight == 3 * 3 * ci * co * 4
+    report = explain.explain(mod, params, memory=False)
+    assert [spec.algorithm for spec in report.kernels] == [algorithm]
+    points = 16 if algorithm == "winograd" else 9
+    fused = weight * (points + 9 * (algorithm == "winograd")) // 9 + co * 4  # weight and bias
+    model = sum(value.nbytes for value in params.values())
+    assert model == weight + 4 * co * 4  # the weight and the four BN vectors
+    lines = report.weights.splitlines()
+    assert lines[1].split() == ["constants", f"{model:,}", f"{fused:,}"]
+    if algorithm == "winograd":
+        assert lines[2].split() == ["of", "which", "fallback", f"{weight:,}"]
+    else:
+        assert "fallback" not in report.weights
+    assert "== weights" in str(report)
+
+
+def test_a_constant_used_twice_counts_once():
+    data = relay.var("data", shape=(4,))
+    shared = relay.const(np.ones(4, "float32"))
+    mod = _module(relay.add(relay.add(data, shared), shared), data)
+    assert explain.constant_bytes(mod) == 16

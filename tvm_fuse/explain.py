@@ -4,7 +4,8 @@ It runs ``tvm_fuse.optimize`` and reads the result: every fused kernel's task de
 whether the fast x86 kernel or the generic fallback will implement it, from the strategy's own
 ``fast_path_refusal``), the ``layout_transform`` ops left, the ``nn.conv2d`` and
 ``nn.batch_norm`` calls left unfused with the reason, the other ops (compiled by stock TVM), and
-the memory plan's summary (``tvm_fuse.memory.plan``) for the stock graph and for tvm_fuse's.
+the memory plan's summary (``tvm_fuse.memory.plan``) for the stock graph and for tvm_fuse's, and
+the weights each holds: packing and Winograd change their size, which a deployment pays in memory.
 
 Each reason is the pass's own: a conv's is the fusion pass's (``passes.fuse.conv_refusal``:
 unsupported groups, dtype or layout, dynamic shapes), read from the optimized module; a
@@ -16,6 +17,7 @@ it never changes the module.
 from __future__ import annotations
 
 import collections
+import ctypes
 from dataclasses import dataclass, field
 
 import tvm
@@ -25,11 +27,12 @@ from . import boundary_ops
 from . import op as fused_op
 from .ir_utils import count_ops, relay_functions, use_counts
 from .memory import plan
+from .memory.liveness import tensor_bytes
 from .api import bind_params, describe, optimize
 from .passes.fold_bn import conv_chain, fold_refusal
 from .passes.fuse import conv_refusal
 from .spec import KernelSpec
-from .strategy import fast_kernel, fast_path_refusal
+from .strategy import fallback_weight_bytes, fast_kernel, fast_path_refusal
 from .target import as_target
 
 _EXPLAINED = ("nn.conv2d", "nn.batch_norm", *boundary_ops.LAYOUT_TRANSFORM_OPS, fused_op.OP_NAME)
@@ -171,6 +174,38 @@ def memory_summary(mod, params, optimized) -> str:
     return "\n".join(lines) + "\n(bytes of the intermediate tensors the kernels write)"
 
 
+def constant_bytes(mod: tvm.IRModule) -> int:
+    """Bytes of the distinct constants of ``mod``'s Relay functions (a constant used twice
+    counts once): the weights a build of it holds."""
+    sizes = {}
+
+    def visit(node):
+        if isinstance(node, relay.Constant):
+            address = ctypes.cast(node.data.handle, ctypes.c_void_p).value
+            sizes[address] = tensor_bytes(node.data.shape, node.data.dtype)
+
+    for func in relay_functions(mod).values():
+        relay.analysis.post_order_visit(func, visit)
+    return sum(sizes.values())
+
+
+def weights_summary(bound: tvm.IRModule, optimized: tvm.IRModule, kernels) -> str:
+    """The constants of the model (``bound``: its params bound) against those of tvm_fuse's
+    ``optimized`` module (weights packed, transformed, BatchNorm folded in), and how many of
+    the latter only a non-finite fallback reads (``kernels``: the optimized module's specs)."""
+    fallback = sum(fallback_weight_bytes(spec) for spec in kernels)
+    lines = [
+        f"{'':<22}{'the model':>16}{'tvm_fuse':>16}",
+        f"{'constants':<22}{constant_bytes(bound):>16,}{constant_bytes(optimized):>16,}",
+    ]
+    if fallback:
+        lines.append(f"{'  of which fallback':<22}{'':>16}{fallback:>16,}")
+        lines.append("(fallback: the Winograd kernels' direct taps, read only for a tile whose")
+        lines.append(" input is not finite)")
+    lines.append("(bytes of the constants; params left unbound are not counted)")
+    return "\n".join(lines)
+
+
 # -- the report ------------------------------------------------------------------------------
 @dataclass
 class Explanation:
@@ -183,6 +218,7 @@ class Explanation:
     leftovers: list[Leftover]
     others: collections.Counter = field(default_factory=collections.Counter)
     memory: str = "not computed"
+    weights: str = "not computed"
 
     def __str__(self) -> str:
         out = [f"target: {self.target}", _title(f"fused kernels ({len(self.kernels)})")]
@@ -196,6 +232,8 @@ class Explanation:
         out += [", ".join(f"{name} x{n}" for name, n in sorted(self.others.items())) or "none"]
         out.append(_title("memory plan"))
         out.append(self.memory)
+        out.append(_title("weights"))
+        out.append(self.weights)
         return "\n".join(out)
 
 
@@ -220,4 +258,5 @@ def explain(
         leftovers=leftovers(bound, optimized),
         others=other_ops(optimized),
         memory=memory_summary(mod, params, optimized) if memory else "not computed",
+        weights=weights_summary(bound, optimized, kernels),
     )

@@ -124,6 +124,14 @@ def reads_nchw_data(spec: KernelSpec) -> bool:
     return direct and spec.data.layout == "NHWC" and tiling.reads_nchw_data(spec)
 
 
+def fallback_weight_bytes(spec: KernelSpec) -> int:
+    """Bytes of the weight ``PackWeights`` made for ``spec`` that only a non-finite fallback
+    reads: a Winograd kernel's direct taps (``schedules.winograd_weights``); 0 for the others."""
+    if spec.algorithm != "winograd" or spec.lanes is None:
+        return 0
+    return winograd_weights.fallback_tap_bytes(spec)
+
+
 def winograd_weight_expr(weight, spec: KernelSpec, wanted: KernelSpec):
     """Relay ops computing the Winograd-domain weight of ``wanted`` from the HWIO ``weight`` of
     ``spec`` (``U = G g G^T`` in float64, Co padded, laid out for the kernel)."""
