@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 
 import numpy as np
 
@@ -64,11 +63,10 @@ def stored_points(m: int) -> int:
     return weight_rows(m) ** 2 + DIRECT_TAPS
 
 
-def fallback_tap_bytes(spec: KernelSpec) -> int:
-    """Bytes of a Winograd ``spec``'s stored weight that hold the direct taps: the memory the
-    non-finite fallback costs (module docstring); only that fallback reads them."""
-    shape = spec.weight.shape
-    return math.prod(shape) // shape[0] * DIRECT_TAPS * np.dtype(spec.weight.dtype).itemsize
+def fallback_tap_shape(spec: KernelSpec) -> tuple[int, ...]:
+    """The shape of the part of a Winograd ``spec``'s stored weight that holds the direct taps:
+    the memory the non-finite fallback costs (module docstring); only that fallback reads it."""
+    return (DIRECT_TAPS, *spec.weight.shape[1:])
 
 
 def point_index(m: int, row, col):

@@ -27,6 +27,7 @@ from tvm.relay.op.strategy.generic import wrap_topi_schedule
 from tvm.target import override_native_generic_func
 
 from . import boundary_ops
+from .memory.liveness import tensor_bytes
 from .op import OP_NAME, spec_of_attrs
 from .schedules import conv2d_nhwc_fused as fast
 from .schedules import depthwise, generic, packing, tiling, transposes, winograd
@@ -129,7 +130,7 @@ def fallback_weight_bytes(spec: KernelSpec) -> int:
     reads: a Winograd kernel's direct taps (``schedules.winograd_weights``); 0 for the others."""
     if spec.algorithm != "winograd" or spec.lanes is None:
         return 0
-    return winograd_weights.fallback_tap_bytes(spec)
+    return tensor_bytes(winograd_weights.fallback_tap_shape(spec), spec.weight.dtype)
 
 
 def winograd_weight_expr(weight, spec: KernelSpec, wanted: KernelSpec):
