@@ -59,6 +59,17 @@ def test_pyproject_supports_python_3_11_to_3_13():
     assert not [d for d in project["dependencies"] + extras["bench"] if "onnx==" in d]
 
 
+def test_a_plain_install_brings_what_tvm_testing_imports():
+    """tvm_fuse.models and the benchmarks use relay.testing and topi.testing, which import
+    tvm.testing, which imports pytest: without it a plain install's ``tvm-fuse bench`` fails."""
+    tomllib = pytest.importorskip("tomllib")
+    import tvm.testing.utils  # pylint: disable=import-outside-toplevel
+
+    assert "import pytest" in Path(tvm.testing.utils.__file__).read_text()
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert any(d.startswith("pytest") for d in project["dependencies"])
+
+
 # -- --help imports no TVM ---------------------------------------------------------------------
 @pytest.mark.parametrize("argv", [[], ["compile"], ["tune"], ["bench"], ["explain"], ["demo"]])
 def test_help_imports_no_tvm(argv):
