@@ -32,7 +32,7 @@ from .api import bind_params, describe, optimize
 from .passes.fold_bn import conv_chain, fold_refusal
 from .passes.fuse import conv_refusal
 from .spec import KernelSpec
-from .strategy import fallback_weight_bytes, fast_kernel, fast_path_refusal
+from .strategy import fallback_weight_shape, fast_kernel, fast_path_refusal
 from .target import as_target
 
 _EXPLAINED = ("nn.conv2d", "nn.batch_norm", *boundary_ops.LAYOUT_TRANSFORM_OPS, fused_op.OP_NAME)
@@ -193,7 +193,8 @@ def weights_summary(bound: tvm.IRModule, optimized: tvm.IRModule, kernels) -> st
     """The constants of the model (``bound``: its params bound) against those of tvm_fuse's
     ``optimized`` module (weights packed, transformed, BatchNorm folded in), and how many of
     the latter only a non-finite fallback reads (``kernels``: the optimized module's specs)."""
-    fallback = sum(fallback_weight_bytes(spec) for spec in kernels)
+    shapes = [(fallback_weight_shape(spec), spec.weight.dtype) for spec in kernels]
+    fallback = sum(tensor_bytes(shape, dtype) for shape, dtype in shapes if shape is not None)
     lines = [
         f"{'':<22}{'the model':>16}{'tvm_fuse':>16}",
         f"{'constants':<22}{constant_bytes(bound):>16,}{constant_bytes(optimized):>16,}",

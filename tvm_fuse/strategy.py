@@ -27,7 +27,6 @@ from tvm.relay.op.strategy.generic import wrap_topi_schedule
 from tvm.target import override_native_generic_func
 
 from . import boundary_ops
-from .memory.liveness import tensor_bytes
 from .op import OP_NAME, spec_of_attrs
 from .schedules import conv2d_nhwc_fused as fast
 from .schedules import depthwise, generic, packing, tiling, transposes, winograd
@@ -125,12 +124,13 @@ def reads_nchw_data(spec: KernelSpec) -> bool:
     return direct and spec.data.layout == "NHWC" and tiling.reads_nchw_data(spec)
 
 
-def fallback_weight_bytes(spec: KernelSpec) -> int:
-    """Bytes of the weight ``PackWeights`` made for ``spec`` that only a non-finite fallback
-    reads: a Winograd kernel's direct taps (``schedules.winograd_weights``); 0 for the others."""
+def fallback_weight_shape(spec: KernelSpec) -> tuple[int, ...] | None:
+    """The shape of the part of the weight ``PackWeights`` made for ``spec`` that only a
+    non-finite fallback reads: a Winograd kernel's direct taps (``schedules.winograd_weights``);
+    None for the others."""
     if spec.algorithm != "winograd" or spec.lanes is None:
-        return 0
-    return tensor_bytes(winograd_weights.fallback_tap_shape(spec), spec.weight.dtype)
+        return None
+    return winograd_weights.fallback_tap_shape(spec)
 
 
 def winograd_weight_expr(weight, spec: KernelSpec, wanted: KernelSpec):
