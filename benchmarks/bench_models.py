@@ -34,6 +34,7 @@ import numpy as np  # noqa: E402
 from tvm.relay import testing  # noqa: E402
 import tvm_fuse  # noqa: E402
 from tvm_fuse import models  # noqa: E402
+from tvm_fuse.memory.liveness import tensor_bytes  # noqa: E402
 
 MODELS = {"resnet-18": 18, "resnet-50": 50}
 QUICK_MODELS = ("resnet-18",)
@@ -217,7 +218,7 @@ def profile(mod, params, data, target, top: int, peak_gflops=None, specs=None, l
             kernel["pct_peak"] = pct
         kernels.append(kernel)
     params = lib.get_params().values()
-    weight_bytes = sum(kernel_profile.tensor_bytes(v.shape, v.dtype) for v in params)
+    weight_bytes = sum(tensor_bytes(v.shape, v.dtype) for v in params)
     return kernel_profile.profile(kernels, top, peak_gflops, weight_bytes)
 
 

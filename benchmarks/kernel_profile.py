@@ -11,20 +11,10 @@ cache reads every weight from memory on each run. ``whole_model`` puts the two s
 
 from __future__ import annotations
 
-import numpy as np
-
 
 def pct_of_peak(gflop: float, ms: float, peak_gflops: float | None) -> float | None:
     """``gflop`` done in ``ms`` as % of ``peak_gflops`` (None without a peak)."""
     return 100 * gflop / (ms * 1e-3) / peak_gflops if peak_gflops else None
-
-
-def tensor_bytes(shape, dtype) -> int:
-    """Bytes of a ``dtype`` tensor of ``shape``, from the shape alone (no copy of the data)."""
-    elements = 1
-    for dim in shape:
-        elements *= int(dim)
-    return elements * np.dtype(dtype).itemsize
 
 
 def with_shares(kernels: list[dict]) -> list[dict]:

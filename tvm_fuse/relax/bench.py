@@ -41,6 +41,7 @@ from tvm.relax.frontend.onnx import from_onnx
 from ..bench.idle import Waits
 from ..bench.layer_table import ONNX_MODELS, write_onnx_model
 from ..bench import choices, kernel_profile
+from ..memory.liveness import tensor_bytes
 from . import api, compat, records, tuning
 from . import kernel as kernel_module
 
@@ -176,7 +177,7 @@ def profile(mod, target, top: int, peak_gflops: float | None = None) -> dict:
         func = lowered[call.args[0]]
         args = [*call.args[1].fields, call]
         weights.update(
-            (a, kernel_profile.tensor_bytes(compat.tensor_shape(a), compat.tensor_dtype(a)))
+            (a, tensor_bytes(compat.tensor_shape(a), compat.tensor_dtype(a)))
             for a in args[:-1]
             if _is_weight(a)
         )
