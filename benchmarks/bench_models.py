@@ -34,6 +34,7 @@ import numpy as np  # noqa: E402
 from tvm.relay import testing  # noqa: E402
 import tvm_fuse  # noqa: E402
 from tvm_fuse import models  # noqa: E402
+from tvm_fuse.explain import fallback_bytes  # noqa: E402
 from tvm_fuse.memory.liveness import tensor_bytes  # noqa: E402
 
 MODELS = {"resnet-18": 18, "resnet-50": 50}
@@ -190,9 +191,10 @@ def profile(mod, params, data, target, top: int, peak_gflops=None, specs=None, l
     of the summed kernel time; a fused conv also with its algorithm and GFLOP (multiply-adds
     of the direct conv, counted twice, as for every algorithm) and, given the FMA peak
     ``peak_gflops``, its % of that peak. ``by_algorithm``: every kernel's time summed by
-    algorithm; ``kernel_sum_ms`` and ``weight_mb``, the built module's weights
-    (``kernel_profile.profile``). ``specs``: the model's ``KernelSpec``s if already known;
-    ``lib``: tvm_fuse's build of the model if already built (the one that was timed)."""
+    algorithm; ``kernel_sum_ms`` and ``weight_mb``, the built module's weights less the
+    Winograd kernels' fallback taps, which a finite run never reads (``kernel_profile.profile``).
+    ``specs``: the model's ``KernelSpec``s if already known; ``lib``: tvm_fuse's build of the
+    model if already built (the one that was timed)."""
     if lib is None:
         lib = tvm_fuse.build(mod, params=params, target=target)
     graph_json = lib.get_graph_json()
@@ -201,6 +203,8 @@ def profile(mod, params, data, target, top: int, peak_gflops=None, specs=None, l
         times = dbg.run_individual(number=5, repeat=3, min_repeat_ms=50)
     if specs is None:
         specs = tvm_fuse.describe(tvm_fuse.optimize(mod, params, target))
+    weight_bytes = sum(tensor_bytes(v.shape, v.dtype) for v in lib.get_params().values())
+    weight_bytes -= fallback_bytes(specs)
     specs = _specs_by_shapes(specs)
     graph = json.loads(graph_json)
     shapes, first_entry = graph["attrs"]["shape"][1], graph["node_row_ptr"]
@@ -217,8 +221,6 @@ def profile(mod, params, data, target, top: int, peak_gflops=None, specs=None, l
             pct = kernel_profile.pct_of_peak(kernel["gflop"], kernel["ms"], peak_gflops)
             kernel["pct_peak"] = pct
         kernels.append(kernel)
-    params = lib.get_params().values()
-    weight_bytes = sum(tensor_bytes(v.shape, v.dtype) for v in params)
     return kernel_profile.profile(kernels, top, peak_gflops, weight_bytes)
 
 

@@ -58,8 +58,8 @@ def kernel_summary(kernels: list[dict], peak_gflops: float | None) -> list[dict]
 
 def profile(kernels: list[dict], top: int, peak_gflops: float | None, weight_bytes: int) -> dict:
     """The profile of ``kernels``: the ``top`` slowest with their shares, the time by algorithm
-    (``kernel_summary``), ``kernel_sum_ms`` (every kernel's time summed) and the bytes of the
-    module's weights, which a whole run reads once."""
+    (``kernel_summary``), ``kernel_sum_ms`` (every kernel's time summed) and ``weight_bytes``,
+    the weights a whole run reads once."""
     kernels = with_shares(kernels)
     return {
         "kernels": kernels[:top],

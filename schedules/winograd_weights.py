@@ -63,9 +63,12 @@ def stored_points(m: int) -> int:
     return weight_rows(m) ** 2 + DIRECT_TAPS
 
 
-def fallback_tap_shape(spec: KernelSpec) -> tuple[int, ...]:
+def fallback_tap_shape(spec: KernelSpec) -> tuple[int, ...] | None:
     """The shape of the part of a Winograd ``spec``'s stored weight that holds the direct taps:
-    the memory the non-finite fallback costs (module docstring); only that fallback reads it."""
+    the memory the non-finite fallback costs (module docstring); only that fallback reads it, so
+    a run reads the rest. None for a kernel that is not Winograd."""
+    if spec.algorithm != "winograd" or spec.lanes is None:
+        return None
     return (DIRECT_TAPS, *spec.weight.shape[1:])
 
 

@@ -17,7 +17,7 @@ from tvm_fuse.bench import kernel_profile, peers
 
 import tvm  # noqa: E402
 import tvm_fuse  # noqa: E402
-from tvm_fuse import examples  # noqa: E402
+from tvm_fuse import examples, strategy  # noqa: E402
 
 TINY = bench_layers.Layer("tiny", 16, 16, 8, 3, 1, 1)
 RESULT_KEYS = {"ms", "min_ms", "runs_ms", "build_s", "check", "error", "skipped"}
@@ -202,6 +202,23 @@ def test_model_profile_names_shapes_shares_and_peak():
     assert prof["weight_mb"] == pytest.approx((128 * 9 * 64 + 128) * 4 / 1e6)
     assert direct["ms_at_peak"] == pytest.approx(gflop / peak * 1e3)
     assert other["gflop"] is None and other["ms_at_peak"] is None
+
+
+def test_model_profile_counts_the_weights_a_run_reads(monkeypatch):
+    """A Winograd F(2x2) weight stores 16 points, then the conv's 9 taps, which only the
+    non-finite fallback reads: a run reads the points and the bias."""
+    monkeypatch.setattr(strategy, "winograd_tile", lambda spec, target, tiles=None: 2)
+    ci, co = 16, 32  # Co a whole number of vectors at 8 and 16 lanes: no padding
+    mod, params = examples.conv_bn_act(data_shape=(1, ci, 8, 8), channels=co)
+    data = np.random.default_rng(0).standard_normal((1, ci, 8, 8)).astype("float32")
+    target = tvm_fuse.host_target()
+    lib = tvm_fuse.build(mod, params, target)
+    specs = tvm_fuse.describe(tvm_fuse.optimize(mod, params, target))
+    assert [(s.algorithm, s.winograd_tile) for s in specs] == [("winograd", 2)]
+    stored = sum(v.numpy().nbytes for v in lib.get_params().values())
+    assert stored == ((16 + 9) * ci * co + co) * 4
+    prof = bench_models.profile(mod, params, data, target, top=3, specs=specs, lib=lib)
+    assert prof["weight_mb"] == pytest.approx((16 * ci * co + co) * 4 / 1e6)
 
 
 def test_model_profile_reuses_the_timed_build(monkeypatch):

@@ -5,6 +5,7 @@ import pytest
 
 from tvm_fuse.bench import idle, layer_table
 from tvm_fuse.relax import bench, compat
+from tvm_fuse.schedules import winograd_tiling
 
 
 def test_models_are_the_benchmarks_onnx_models():
@@ -64,6 +65,18 @@ def test_profile_times_each_kernel_with_its_algorithm_flops_and_peak(tmp_path):
     assert prof["kernel_sum_ms"] == pytest.approx(sum(k["ms"] for k in kernels))
     # the weights the calls read: the packed 1x1 weight [Co/16, 1, 1, Ci, 16] and the bias
     assert prof["weight_mb"] == pytest.approx((128 * 64 + 128) * 4 / 1e6)
+
+
+def test_profile_counts_the_weights_a_run_reads(tmp_path, monkeypatch):
+    """``seed`` (64 -> 128, 3x3 stride 2) as Winograd F(2x2): its weight stores 16 points, then
+    the conv's 9 taps, which only the non-finite fallback reads; a run reads the points and the
+    bias."""
+    monkeypatch.setattr(winograd_tiling, "choose_winograd_tile", lambda *a, tiles=(2,), **k: 2)
+    mod, _ = bench.load("layer:seed", tmp_path)
+    prof = bench.profile(mod, compat.host_target(), top=10)
+    (conv,) = [k for k in prof["kernels"] if "algorithm" in k]
+    assert conv["algorithm"] == "winograd F(2x2)"
+    assert prof["weight_mb"] == pytest.approx((16 * 64 * 128 + 128) * 4 / 1e6)
 
 
 def test_models_are_named_like_the_relay_suites(monkeypatch, capsys):

@@ -189,12 +189,18 @@ def constant_bytes(mod: tvm.IRModule) -> int:
     return sum(sizes.values())
 
 
+def fallback_bytes(kernels) -> int:
+    """Bytes of the weights of ``kernels`` (``KernelSpec``s, one per kernel) that only a
+    non-finite fallback reads: a whole run reads the module's weights less these."""
+    shapes = [(fallback_weight_shape(spec), spec.weight.dtype) for spec in kernels]
+    return sum(tensor_bytes(shape, dtype) for shape, dtype in shapes if shape is not None)
+
+
 def weights_summary(bound: tvm.IRModule, optimized: tvm.IRModule, kernels) -> str:
     """The constants of the model (``bound``: its params bound) against those of tvm_fuse's
     ``optimized`` module (weights packed, transformed, BatchNorm folded in), and how many of
     the latter only a non-finite fallback reads (``kernels``: the optimized module's specs)."""
-    shapes = [(fallback_weight_shape(spec), spec.weight.dtype) for spec in kernels]
-    fallback = sum(tensor_bytes(shape, dtype) for shape, dtype in shapes if shape is not None)
+    fallback = fallback_bytes(kernels)
     lines = [
         f"{'':<22}{'the model':>16}{'tvm_fuse':>16}",
         f"{'constants':<22}{constant_bytes(bound):>16,}{constant_bytes(optimized):>16,}",

@@ -128,8 +128,6 @@ def fallback_weight_shape(spec: KernelSpec) -> tuple[int, ...] | None:
     """The shape of the part of the weight ``PackWeights`` made for ``spec`` that only a
     non-finite fallback reads: a Winograd kernel's direct taps (``schedules.winograd_weights``);
     None for the others."""
-    if spec.algorithm != "winograd" or spec.lanes is None:
-        return None
     return winograd_weights.fallback_tap_shape(spec)
 
 
