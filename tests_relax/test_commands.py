@@ -11,6 +11,7 @@ from tvm import relax
 
 from reference import assert_close
 from tvm_fuse import cli, onnx_example
+from tvm_fuse.schedules import winograd_tiling
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -79,6 +80,31 @@ def test_explain_prints_kernels_and_the_reasons_for_what_is_left(tmp_path, capsy
     assert cli.main(["explain", _grouped_model(tmp_path / "g.onnx")]) == 0
     out = capsys.readouterr().out
     assert "fused kernels: 0" in out and "conv2d not fused: grouped (groups=4)" in out
+
+
+@pytest.mark.parametrize("algorithm", ["direct", "winograd"])
+def test_explain_counts_the_weights_each_module_holds(algorithm, tmp_path, capsys, monkeypatch):
+    """BN folds into the weight and a bias; Winograd F(2x2) stores 16 points, then the conv's
+    own 9 taps for the non-finite fallback: as many bytes as the model's weight."""
+    tile = 2 * (algorithm == "winograd")
+    monkeypatch.setattr(winograd_tiling, "choose_winograd_tile", lambda *a, **k: tile)
+    ci, co = 16, 32  # Co a whole number of vectors at 8 and 16 lanes: no padding
+    path = tmp_path / "conv.onnx"
+    onnx_example.conv_bn_act(path, data_shape=(1, ci, 8, 8), channels=co, strides=1)
+    model = sum(numpy_helper.to_array(t).nbytes for t in onnx.load(path).graph.initializer)
+    weight = 3 * 3 * ci * co * 4
+    assert model == weight + 4 * co * 4  # the weight and the four BN vectors
+    assert cli.main(["explain", str(path), "--backend", "relax"]) == 0
+    out = capsys.readouterr().out
+    assert f"conv2d_nhwc_{'winograd' if tile else 'fused'}.x86" in out
+    points = 16 if tile else 9
+    fused = weight * (points + 9 * (tile > 0)) // 9 + co * 4  # weight and bias
+    lines = out[out.index("weights:") :].splitlines()
+    assert lines[2].split() == ["constants", f"{model:,}", f"{fused:,}"]
+    if tile:
+        assert lines[3].split() == ["of", "which", "fallback", f"{weight:,}"]
+    else:
+        assert "fallback" not in out
 
 
 def test_demo_checks_itself(capsys):

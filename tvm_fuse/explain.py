@@ -27,12 +27,13 @@ from . import boundary_ops
 from . import op as fused_op
 from .ir_utils import count_ops, relay_functions, use_counts
 from .memory import plan
+from .memory.weights import fallback_bytes, weights_table
 from .memory.liveness import tensor_bytes
 from .api import bind_params, describe, optimize
 from .passes.fold_bn import conv_chain, fold_refusal
 from .passes.fuse import conv_refusal
 from .spec import KernelSpec
-from .strategy import fallback_weight_shape, fast_kernel, fast_path_refusal
+from .strategy import fast_kernel, fast_path_refusal
 from .target import as_target
 
 _EXPLAINED = ("nn.conv2d", "nn.batch_norm", *boundary_ops.LAYOUT_TRANSFORM_OPS, fused_op.OP_NAME)
@@ -189,28 +190,12 @@ def constant_bytes(mod: tvm.IRModule) -> int:
     return sum(sizes.values())
 
 
-def fallback_bytes(kernels) -> int:
-    """Bytes of the weights of ``kernels`` (``KernelSpec``s, one per kernel) that only a
-    non-finite fallback reads: a whole run reads the module's weights less these."""
-    shapes = [(fallback_weight_shape(spec), spec.weight.dtype) for spec in kernels]
-    return sum(tensor_bytes(shape, dtype) for shape, dtype in shapes if shape is not None)
-
-
 def weights_summary(bound: tvm.IRModule, optimized: tvm.IRModule, kernels) -> str:
     """The constants of the model (``bound``: its params bound) against those of tvm_fuse's
-    ``optimized`` module (weights packed, transformed, BatchNorm folded in), and how many of
-    the latter only a non-finite fallback reads (``kernels``: the optimized module's specs)."""
+    ``optimized`` module, and how many of the latter only a non-finite fallback reads
+    (``kernels``: the optimized module's specs; ``memory.weights``)."""
     fallback = fallback_bytes(kernels)
-    lines = [
-        f"{'':<22}{'the model':>16}{'tvm_fuse':>16}",
-        f"{'constants':<22}{constant_bytes(bound):>16,}{constant_bytes(optimized):>16,}",
-    ]
-    if fallback:
-        lines.append(f"{'  of which fallback':<22}{'':>16}{fallback:>16,}")
-        lines.append("(fallback: the Winograd kernels' direct taps, read only for a tile whose")
-        lines.append(" input is not finite)")
-    lines.append("(bytes of the constants; params left unbound are not counted)")
-    return "\n".join(lines)
+    return weights_table(constant_bytes(bound), constant_bytes(optimized), fallback)
 
 
 # -- the report ------------------------------------------------------------------------------

@@ -124,13 +124,6 @@ def reads_nchw_data(spec: KernelSpec) -> bool:
     return direct and spec.data.layout == "NHWC" and tiling.reads_nchw_data(spec)
 
 
-def fallback_weight_shape(spec: KernelSpec) -> tuple[int, ...] | None:
-    """The shape of the part of the weight ``PackWeights`` made for ``spec`` that only a
-    non-finite fallback reads: a Winograd kernel's direct taps (``schedules.winograd_weights``);
-    None for the others."""
-    return winograd_weights.fallback_tap_shape(spec)
-
-
 def winograd_weight_expr(weight, spec: KernelSpec, wanted: KernelSpec):
     """Relay ops computing the Winograd-domain weight of ``wanted`` from the HWIO ``weight`` of
     ``spec`` (``U = G g G^T`` in float64, Co padded, laid out for the kernel)."""

@@ -3,10 +3,11 @@
 Called by ``tvm_fuse.cli`` when the backend is Relax (``--backend relax``, or apache-tvm is the
 installed TVM). ``compile`` writes the compiled module as a shared library (load it with
 ``tvm.runtime.load_module`` and run it with ``relax.VirtualMachine``); ``explain`` prints each
-fused kernel's task description and which kernel runs it, the transposes left, and every conv or
-BatchNorm left unfused with the reason; ``tune`` writes tuning records (``relax.tuning``)
-that ``compile --tuning-records`` applies; ``demo`` takes the seed example through the pipeline
-pass by pass and checks the result against ONNX Runtime (or stock Relax without it).
+fused kernel's task description and which kernel runs it, the transposes left, every conv or
+BatchNorm left unfused with the reason, and the bytes of the weights (``memory.weights``);
+``tune`` writes tuning records (``relax.tuning``) that ``compile --tuning-records`` applies;
+``demo`` takes the seed example through the pipeline pass by pass and checks the result against
+ONNX Runtime (or stock Relax without it).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from tvm.relax.frontend.onnx import from_onnx
 from .. import onnx_example
 from ..schedules import transposes
 from ..errors import UserError
+from ..memory.liveness import tensor_bytes
+from ..memory.weights import fallback_bytes, weights_table
 from . import api, compat, fuse, kernel, records, strategy, tuning
 from .fold_bn import match_chain, fold_refusal
 from .layout import ConvertLayoutNHWC
@@ -135,7 +138,25 @@ def explain(mod: tvm.IRModule, target) -> str:
     left = names.count("permute_dims") + blocked
     lines.append(f"\nlayout transposes left: {left} ({blocked} by tvm_fuse's blocked kernels)")
     lines += leftovers(mod, target)
+    fallback = fallback_bytes(specs)
+    table = weights_table(constant_bytes(mod), constant_bytes(optimized), fallback)
+    lines += ["\nweights:", table]
     return "\n".join(lines)
+
+
+def constant_bytes(mod: tvm.IRModule) -> int:
+    """Bytes of the distinct tensor constants of ``mod``'s Relax functions: the weights a build
+    of it holds."""
+    found = set()
+
+    def visit(expr):
+        if isinstance(expr, compat.Constant) and compat.tensor_shape(expr) is not None:
+            found.add(expr)
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return sum(tensor_bytes(compat.tensor_shape(c), compat.tensor_dtype(c)) for c in found)
 
 
 def leftovers(mod: tvm.IRModule, target) -> list[str]:
