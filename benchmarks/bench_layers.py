@@ -6,12 +6,15 @@ chose); on the 3x3 layers (stride 1 or 2) also ``tvm_fuse.build(..., algorithm="
 ``relay.build`` at opt_level 3 (NCHWc x86 schedules); stock TVM after ``ConvertLayout`` to NHWC;
 PyTorch jit (oneDNN) and ONNX Runtime on the equivalent ``Conv2d + BatchNorm2d + ReLU``.
 Every output is checked against stock TVM's and its error measured against a float64 NumPy
-reference; GFLOP/s and % of the measured FMA peak come with each time: the median run's and the
-best run's (``best run``), the peak being the best run of its microkernel. On a shared machine
-the two differ by what the neighbours took; the best run says what the code can do.
+reference. GFLOP/s and % of the FMA peak come with each time. The FMA peak's microkernel
+(``fma_peak``) is timed in the same rounds as the implementations: ``% peak`` is the median over
+rounds of each run's GFLOP/s as % of the peak's in that round, so that a neighbour on a shared
+machine, who takes a share of the FMA units that changes from minute to minute, lowers both
+alike (JSON ``pct_peak_round``; ``pct_peak``: the median run against the best peak of the run).
+``best run``: the best run against the best peak, what the code can do.
 tvm_fuse's rows also time its fused conv kernel alone, in the same rounds (``kernel ms``,
-``kernel %`` of the peak; TVM's debug executor): the layer less the transposes between the NCHW
-graph and the NHWC kernel, which a whole model pays once, not per conv.
+``kernel %`` of the peak in the round; TVM's debug executor): the layer less the transposes between
+the NCHW graph and the NHWC kernel, which a whole model pays once, not per conv.
 
 The table holds ResNet's layers (stem, the 3x3 stages l1-l4, the strided seed and down
 convs), ResNet-50 bottleneck 1x1 convs (``r50_*``) and MobileNet-v2-style layers (``mb_*``:
@@ -123,8 +126,9 @@ def reference_f64(layer: Layer, arrays: dict[str, np.ndarray]) -> np.ndarray:
 
 
 # -- one layer, every implementation -------------------------------------------------------
-def bench_layer(layer: Layer, target, cfg: common.TimingConfig, impls=IMPLS) -> dict:
-    """Time the implementations ``impls`` on ``layer``: name -> ``common.Result``."""
+def bench_layer(layer: Layer, target, cfg: common.TimingConfig, impls=IMPLS, peak=None) -> dict:
+    """Time the implementations ``impls`` on ``layer``: name -> ``common.Result``; ``peak``
+    (``fma_peak.PeakRunner``) timed in the same rounds."""
     arrays = layer_arrays(layer)
     mod, params = relay_layer(layer, arrays)
     if not layer.winograd_applies:  # the direct kernel is what tvm_fuse runs anyway
@@ -134,7 +138,9 @@ def bench_layer(layer: Layer, target, cfg: common.TimingConfig, impls=IMPLS) -> 
     )
     exact = reference_f64(layer, arrays)
     kernels = {name: fused_conv_kernel for name in ("tvm_fuse", "tvm_fuse_direct")}
-    return common.run_case(preps, reference="tvm_nchwc", cfg=cfg, exact=exact, kernels=kernels)
+    return common.run_case(
+        preps, reference="tvm_nchwc", cfg=cfg, exact=exact, kernels=kernels, peak=peak
+    )
 
 
 def fused_conv_kernel(runner: common.TvmRunner) -> common.KernelRunner:
@@ -161,8 +167,9 @@ def print_report(records: list[dict], peak: dict) -> None:
         for name, res in rec["results"].items():
             status = common.status(res)
             rows.append(
-                [rec["layer"]["name"], name, res["ms"], res.get("gflops"), res.get("pct_peak")]
-                + [res.get("pct_peak_best"), res.get("kernel_ms"), res.get("kernel_pct_peak")]
+                [rec["layer"]["name"], name, res["ms"], res.get("gflops")]
+                + [res.get("pct_peak_round"), res.get("pct_peak_best")]
+                + [res.get("kernel_ms"), res.get("kernel_pct_peak_round")]
                 + [res.get("err_f64"), res["build_s"], status]
             )
     headers = ["layer", "impl", "ms", "GFLOP/s", "% peak", "best run", "kernel ms", "kernel %"]
@@ -203,6 +210,7 @@ def run(
     target = target or tvm_fuse.host_target()
     common.print_peer_notes(impls)
     before = fma_peak.fma_peak(target, quick=quick_peak)
+    in_rounds = fma_peak.PeakRunner(target, chunks=common.THREADS)
     if warm_up:
         common.warm_up_tvm(target)
     results = []
@@ -212,7 +220,7 @@ def run(
             f"{layer.kernel}x{layer.kernel} stride {layer.stride} pad {layer.pad}",
             flush=True,
         )
-        results.append(bench_layer(layer, target, cfg, impls))
+        results.append(bench_layer(layer, target, cfg, impls, in_rounds))
     peak = fma_peak.best_peak(before, fma_peak.fma_peak(target, quick=quick_peak))
     fma_peak.print_peak(peak)
     records = [layer_record(l, r, peak["gflops_all"], target) for l, r in zip(layers, results)]

@@ -276,6 +276,8 @@ class Result:
     error: str | None = None
     skipped: str | None = None
     extra: dict = field(default_factory=dict)
+    #: GFLOP/s of the FMA peak's microkernel in each round (``run_case``'s ``peak``), or None
+    peak_runs: list[float] | None = None
 
     @property
     def ms(self) -> float | None:
@@ -299,10 +301,20 @@ class Result:
             # like with like: the peak is the best run of its microkernel
             best = out["min_ms"]
             out["pct_peak_best"] = pct_of_peak(gflop, best, peak_gflops) if best else None
+            out["pct_peak_round"] = self._pct_in_round(gflop, self.timing.runs_ms)
         if gflop is not None and out.get("kernel_ms"):  # its kernel alone (run_case's kernels)
             out["kernel_pct_peak"] = pct_of_peak(gflop, out["kernel_ms"], peak_gflops)
             out["kernel_pct_peak_best"] = pct_of_peak(gflop, out["kernel_min_ms"], peak_gflops)
+            out["kernel_pct_peak_round"] = self._pct_in_round(gflop, out["kernel_runs_ms"])
         return out
+
+    def _pct_in_round(self, gflop: float, runs_ms: list[float]) -> float | None:
+        """The median over rounds of ``gflop`` in each run's time as % of the peak measured in
+        the same round; None without the peak's rounds."""
+        if not self.peak_runs:
+            return None
+        pcts = (pct_of_peak(gflop, ms, peak) for ms, peak in zip(runs_ms, self.peak_runs))
+        return statistics.median(pcts)
 
 
 def check_close(name: str, out: np.ndarray, ref: np.ndarray, rtol: float = RTOL) -> dict:
@@ -330,6 +342,7 @@ def run_case(
     cfg: TimingConfig,
     exact: np.ndarray | None = None,
     kernels: dict[str, Callable[[Runner], Runner]] | None = None,
+    peak: Runner | None = None,
 ) -> dict[str, Result]:
     """Prepare and check every implementation against ``reference``, then time them all.
 
@@ -340,6 +353,9 @@ def run_case(
     is interleaved (``time_interleaved``). ``kernels[name](runner)``, for an implementation that
     ran, gives a Runner of its main kernel alone (``KernelRunner``), timed in the same rounds
     and recorded as the implementation's ``kernel_ms`` (median) and ``kernel_min_ms``.
+    ``peak`` (``fma_peak.PeakRunner``) is timed in the same rounds too; every result records the
+    peak's GFLOP/s of each round (``peak_runs``), against which ``Result.to_dict`` gives its
+    ``pct_peak_round``.
     """
     order = [reference] + [name for name in preparers if name != reference]
     results, runners, ref_out = {}, {}, None
@@ -376,17 +392,24 @@ def run_case(
                 timed[name + KERNEL_SUFFIX] = kernel_of(runners[name])
             except Skip as note:
                 print(f"  {name}: its kernel is not timed alone: {note}", flush=True)
-    for name, timing in time_interleaved(timed, cfg).items():
+    if peak is not None:
+        timed[PEAK] = peak
+    timings = time_interleaved(timed, cfg)
+    peak_runs = [peak.gflops(ms) for ms in timings.pop(PEAK).runs_ms] if peak else None
+    for name, timing in timings.items():
         if name in results:
-            results[name].timing = timing
+            results[name].timing, results[name].peak_runs = timing, peak_runs
         else:
             extra = results[name.removesuffix(KERNEL_SUFFIX)].extra
             extra.update(kernel_ms=timing.median_ms, kernel_min_ms=timing.min_ms)
+            extra["kernel_runs_ms"] = timing.runs_ms
     return results
 
 
 #: How ``run_case`` names an implementation's kernel among the runners it times.
 KERNEL_SUFFIX = " kernel"
+#: How ``run_case`` names the FMA peak's microkernel among the runners it times.
+PEAK = "fma peak"
 
 
 class Skip(Exception):
@@ -432,6 +455,7 @@ def case_record(results: dict[str, Result], versus, gflop=None, peak_gflops=None
         "results": {name: r.to_dict(gflop, peak_gflops) for name, r in results.items()},
         "best_peer": best,
         "ratios": ratios,
+        "peak_gflops_in_rounds": next((r.peak_runs for r in results.values() if r.peak_runs), None),
         "ok": all_checks_ok(results),
     }
 

@@ -72,33 +72,64 @@ def fma_count(module) -> int:
     return len(re.findall(r"\bvfn?m(?:add|sub)\d{3}ps\b", module.get_source("asm")))
 
 
+class PeakRunner(common.Runner):
+    """The microkernel on ``chunks`` cores, built for ``target``, as a benchmark ``Runner``.
+
+    Timed in a case's rounds beside the implementations (``common.run_case``'s ``peak``), it
+    gives the peak as the machine was in each round: on a shared machine the neighbours take a
+    share of the FMA units that changes from minute to minute, and a kernel's % of a peak
+    measured at another time says as much about them as about the kernel."""
+
+    def __init__(self, target=None, chunks: int = 1, steps: int = 1 << 16):
+        target = tvm_fuse.host_target() if target is None else tvm.target.Target(target)
+        self.chunks, self.lanes = chunks, vector_lanes(target)
+        self.accumulators = default_accumulators(self.lanes)
+        self.module, self.flops = fma_kernel(
+            str(target), chunks, self.accumulators, self.lanes, steps
+        )
+        dev = tvm.cpu()
+        shape = (chunks, self.accumulators, self.lanes)
+        init = np.linspace(0, 1, np.prod(shape), dtype="float32").reshape(shape)
+        self.args = [
+            tvm.nd.array(np.full((self.lanes,), 0.5, "float32"), dev),
+            tvm.nd.array(init, dev),
+            tvm.nd.empty(shape, "float32", dev),
+        ]
+
+    def evaluator(self, number: int, repeat: int = 1, min_repeat_ms: int = 0):
+        return self.module.time_evaluator(
+            self.module.entry_name, tvm.cpu(), number=number, repeat=repeat,
+            min_repeat_ms=min_repeat_ms,
+        )
+
+    def output(self) -> np.ndarray:
+        """The accumulators after one run: all 1.0, or the kernel is wrong (raises)."""
+        self.module(*self.args)
+        out = self.args[2].numpy()
+        if not np.allclose(out, 1.0, atol=1e-3):
+            raise RuntimeError("fma_peak: the microkernel did not converge to 1.0; wrong kernel")
+        return out
+
+    def timed(self, number: int) -> float:
+        return self.evaluator(number)(*self.args).mean * 1e3
+
+    def gflops(self, ms: float) -> float:
+        """GFLOP/s of one run that took ``ms``."""
+        return self.flops / (ms * 1e-3) / 1e9
+
+
 def measure(target=None, chunks: int = 1, steps: int = 1 << 18, repeat: int = 10) -> dict:
     """GFLOP/s of the microkernel on ``chunks`` cores: best and median of ``repeat`` runs."""
-    target = tvm_fuse.host_target() if target is None else tvm.target.Target(target)
-    lanes = vector_lanes(target)
-    accumulators = default_accumulators(lanes)
-    module, flops = fma_kernel(str(target), chunks, accumulators, lanes, steps)
-    dev = tvm.cpu()
-    shape = (chunks, accumulators, lanes)
-    init = np.linspace(0, 1, np.prod(shape), dtype="float32").reshape(shape)
-    args = [
-        tvm.nd.array(np.full((lanes,), 0.5, "float32"), dev),
-        tvm.nd.array(init, dev),
-        tvm.nd.empty(shape, "float32", dev),
-    ]
-    evaluator = module.time_evaluator(
-        module.entry_name, dev, number=1, repeat=repeat, min_repeat_ms=10
-    )
-    seconds = evaluator(*args).results
-    if not np.allclose(args[2].numpy(), 1.0, atol=1e-3):
-        raise RuntimeError("fma_peak: the microkernel did not converge to 1.0; wrong kernel")
+    runner = PeakRunner(target, chunks, steps)
+    seconds = runner.evaluator(1, repeat, min_repeat_ms=10)(*runner.args).results
+    runner.output()  # checks the result
     return {
         "cores": chunks,
-        "lanes": lanes,
-        "accumulators": accumulators,
-        "fma_instructions": fma_count(module),
-        "gflops": flops / min(seconds) / 1e9,
-        "gflops_median": flops / float(np.median(seconds)) / 1e9,
+        "lanes": runner.lanes,
+        "accumulators": runner.accumulators,
+        "fma_instructions": fma_count(runner.module),
+        "gflops": runner.gflops(min(seconds) * 1e3),
+        "gflops_median": runner.gflops(float(np.median(seconds)) * 1e3),
     }
 
 

@@ -6,6 +6,7 @@ correctness checks and the FMA kernel's assembly are.
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -41,11 +42,15 @@ def test_layer_json_has_every_implementation_and_ratio(tiny_run):
     assert set(record["results"]) == {"tvm_fuse", "tvm_fuse_direct", "tvm_nchwc"}
     assert record["algorithm"] == "direct"  # 16 channels: too few for Winograd to pay
     peak = on_disk["fma_peak"]["gflops_all"]
+    in_rounds = record["peak_gflops_in_rounds"]  # the FMA peak timed in the layer's rounds
+    assert len(in_rounds) == common.QUICK.repeat and min(in_rounds) > 0
     for res in record["results"].values():
         assert RESULT_KEYS <= set(res)
         assert res["ms"] > 0 and res["build_s"] > 0 and res["gflops"] > 0
         best = 100 * record["gflop"] / (res["min_ms"] * 1e-3) / peak  # best run against best
         assert res["pct_peak_best"] == pytest.approx(best) and best >= res["pct_peak"]
+        rounds = [100 * record["gflop"] / (ms * 1e-3) / p for ms, p in zip(res["runs_ms"], in_rounds)]
+        assert res["pct_peak_round"] == pytest.approx(statistics.median(rounds))
     assert set(record["ratios"]) == {
         "tvm_fuse/best_peer",
         "tvm_fuse/tvm_nchwc",
@@ -88,6 +93,9 @@ def test_layer_times_tvm_fuses_conv_kernel_alone(tiny_run):
         assert res["kernel_pct_peak"] == pytest.approx(pct), name
         best = 100 * record["gflop"] / (res["kernel_min_ms"] * 1e-3) / peak
         assert res["kernel_pct_peak_best"] == pytest.approx(best), name
+        in_rounds = zip(res["kernel_runs_ms"], record["peak_gflops_in_rounds"])
+        rounds = [100 * record["gflop"] / (ms * 1e-3) / p for ms, p in in_rounds]
+        assert res["kernel_pct_peak_round"] == pytest.approx(statistics.median(rounds)), name
     assert "kernel_ms" not in record["results"]["tvm_nchwc"]
 
 
@@ -393,6 +401,42 @@ def test_backends_bench_refuses_fewer_than_one_round_or_process(capsys, option, 
 class _Fixed(common.Runner):
     def timed(self, number: int) -> float:
         return 1.0
+
+
+class _Rounds(common.Runner):
+    """A runner whose runs take the given ms, one per round (and 1.0 to calibrate)."""
+
+    def __init__(self, *ms, flops=0.0):
+        self.ms, self.flops = iter(ms), flops
+
+    def output(self) -> np.ndarray:
+        return np.ones(2, "float32")
+
+    def timed(self, number: int) -> float:
+        return next(self.ms, 1.0)
+
+    def gflops(self, ms: float) -> float:
+        return self.flops / (ms * 1e-3) / 1e9
+
+
+def test_percent_of_peak_is_taken_against_the_peak_of_the_same_round(monkeypatch):
+    """A neighbour who halves the machine in rounds 2 and 3 halves the peak's GFLOP/s too: the
+    kernel ran at 25 % of the peak in every round, which pct_peak_round says and the median run
+    against the best peak (pct_peak) does not."""
+    from tvm_fuse.bench import idle  # pylint: disable=import-outside-toplevel
+
+    monkeypatch.setattr(idle, "settle", lambda: 0.0)
+    config = common.TimingConfig(warmup=0, number=1, repeat=3, min_repeat_ms=0)
+    # calibrate's first run, then one run per round; the peak does 1e9 FLOP: 1 ms is 1000 GFLOP/s
+    peak = _Rounds(1.0, 1.0, 2.0, 2.0, flops=1e9)
+    conv = _Rounds(1.0, 2.0, 4.0, 4.0)  # 0.5 GFLOP: 250 GFLOP/s, then 125 twice
+    results = common.run_case({"ref": lambda: conv}, "ref", config, peak=peak)
+    assert results["ref"].peak_runs == [1000.0, 500.0, 500.0]
+    record = common.case_record({"tvm_fuse": results["ref"]}, (), gflop=0.5, peak_gflops=1000.0)
+    res = record["results"]["tvm_fuse"]
+    assert res["pct_peak_round"] == pytest.approx(25.0)  # 250 of 1000, 125 of 500 twice
+    assert res["pct_peak"] == pytest.approx(12.5)  # the median run, 4 ms, against the best peak
+    assert record["peak_gflops_in_rounds"] == [1000.0, 500.0, 500.0]
 
 
 @pytest.mark.parametrize("busy_calls", [0, 2])
