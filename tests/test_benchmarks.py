@@ -49,7 +49,8 @@ def test_layer_json_has_every_implementation_and_ratio(tiny_run):
         assert res["ms"] > 0 and res["build_s"] > 0 and res["gflops"] > 0
         best = 100 * record["gflop"] / (res["min_ms"] * 1e-3) / peak  # best run against best
         assert res["pct_peak_best"] == pytest.approx(best) and best >= res["pct_peak"]
-        rounds = [100 * record["gflop"] / (ms * 1e-3) / p for ms, p in zip(res["runs_ms"], in_rounds)]
+        runs = zip(res["runs_ms"], in_rounds)
+        rounds = [100 * record["gflop"] / (ms * 1e-3) / p for ms, p in runs]
         assert res["pct_peak_round"] == pytest.approx(statistics.median(rounds))
     assert set(record["ratios"]) == {
         "tvm_fuse/best_peer",
