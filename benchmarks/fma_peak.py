@@ -82,7 +82,7 @@ class PeakRunner(common.Runner):
 
     def __init__(self, target=None, chunks: int = 1, steps: int = 1 << 16):
         target = tvm_fuse.host_target() if target is None else tvm.target.Target(target)
-        self.chunks, self.lanes = chunks, vector_lanes(target)
+        self.lanes = vector_lanes(target)
         self.accumulators = default_accumulators(self.lanes)
         self.module, self.flops = fma_kernel(
             str(target), chunks, self.accumulators, self.lanes, steps
