@@ -24,6 +24,7 @@ Co blocks go outside the rows instead (knob ``co_outer``, ``tiling.co_blocks_out
 split by rows, each core streamed the whole weight, from L3 or memory, for each of its rows;
 split by Co blocks, each streams its half once. On Zen 5 the 7x7 1x1 convs of ResNet-50 ran in
 0.92x the time, l4 in 0.95x, and ResNet-50 as a whole in 0.95x (interleaved A/B, 21 rounds).
+A weight that fits in a third of the L2 stays there whole, and the rows go outside again.
 
 A padded conv pads its whole input up front, in a parallel pass split by rows as the conv is.
 Padding the rows each parallel iteration reads, inside it, copies every input row Kh/Sh times

@@ -10,7 +10,7 @@ from tvm import autotvm, te
 from tvm_fuse.bench import bench_layers
 from tvm_fuse.schedules import conv2d_nhwc_fused as fast
 from tvm_fuse.schedules import packing, tiling
-from tvm_fuse.spec import KernelSpec
+from tvm_fuse.spec import KernelSpec, TensorSpec
 
 
 @pytest.mark.parametrize("lanes", [4, 8, 16])
@@ -284,6 +284,7 @@ TARGETS = {
 def test_template_fallback_is_the_tile_model_for_the_benchmark_layers(layer, column, monkeypatch):
     target_name, amd, splits, caches = TARGETS[column]
     host_is(monkeypatch, amd, splits)
+    monkeypatch.setattr(tiling, "host_l2_bytes", lambda: caches["l2_bytes"])
     lanes = 16 if isinstance(column, str) else column
     base_machine = tiling.machine_for
     monkeypatch.setattr(
@@ -311,22 +312,36 @@ def test_template_fallback_is_the_tile_model_for_the_benchmark_layers(layer, col
     assert chosen == LAYER_TILES[layer.name, column]
     assert (config["pad_at_row"].val, config["ic_outside"].val) == (0, 0)  # padded up front
     assert config["vec_outer"].val == int(chosen[0] < chosen[1])  # holds the fewer operands
-    # l2-l4: the weight outweighs the input
+    # l2-l4: the weight outweighs the input and a third of the L2
     assert config["co_outer"].val == int(layer.name in ("l2", "l3", "l4"))
 
 
 @pytest.mark.parametrize(
-    "data, weight, co_first",
+    "data, weight, l2_kib, co_first",
     [
-        ((1, 7, 7, 512), (1, 1, 512, 2048), True),  # ResNet-50's last stage: 4 MB of weight
-        ((1, 14, 14, 256), (3, 3, 256, 256), True),
-        ((1, 56, 56, 64), (3, 3, 64, 64), False),
-        ((1, 28, 28, 512), (1, 1, 512, 128), False),  # 1.6 MB of input, 256 KB of weight
-        ((16, 14, 14, 256), (3, 3, 256, 256), False),  # batch 16: the input outweighs it
+        ((1, 7, 7, 512), (1, 1, 512, 2048), 2048, True),  # ResNet-50's last stage: 4 MiB
+        ((1, 14, 14, 256), (3, 3, 256, 256), 2048, True),  # 2.25 MiB of weight
+        ((1, 28, 28, 128), (3, 3, 128, 128), 1024, True),  # 576 KiB: over a third of 1 MiB
+        ((1, 28, 28, 128), (3, 3, 128, 128), 2048, False),  # under a third of 2 MiB
+        ((1, 56, 56, 64), (3, 3, 64, 64), 0, False),
+        ((1, 28, 28, 512), (1, 1, 512, 128), 0, False),  # 1.6 MB of input, 256 KB of weight
+        ((16, 14, 14, 256), (3, 3, 256, 256), 0, False),  # batch 16: the input outweighs it
     ],
 )
-def test_co_blocks_go_outside_rows_where_the_weight_outweighs_the_input(data, weight, co_first):
+def test_co_blocks_go_outside_rows_where_the_weight_outweighs_the_input_and_the_l2(
+    data, weight, l2_kib, co_first, monkeypatch
+):
+    monkeypatch.setattr(tiling, "host_l2_bytes", lambda: l2_kib * 1024)
     assert tiling.co_blocks_outside_rows(KernelSpec.conv(data, weight)) is co_first
+
+
+def test_a_stem_that_reads_nchw_data_weighs_its_three_channels(monkeypatch):
+    """The stem's kernel reads the graph's NCHW input: its channels are not the last dim."""
+    monkeypatch.setattr(tiling, "host_l2_bytes", lambda: 0)
+    spec = KernelSpec.conv((1, 224, 224, 3), (7, 7, 3, 64), (2, 2), (3, 3, 3, 3))
+    nchw = dataclasses.replace(spec, data=TensorSpec((1, 3, 224, 224), "NCHW", "float32"))
+    assert nchw.in_channels == 3
+    assert tiling.co_blocks_outside_rows(nchw) is False  # 9,408 weights against 150,528 inputs
 
 
 @pytest.mark.parametrize(
