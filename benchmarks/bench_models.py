@@ -34,8 +34,8 @@ import numpy as np  # noqa: E402
 from tvm.relay import testing  # noqa: E402
 import tvm_fuse  # noqa: E402
 from tvm_fuse import models  # noqa: E402
-from tvm_fuse.memory.weights import fallback_bytes  # noqa: E402
 from tvm_fuse.memory.liveness import tensor_bytes  # noqa: E402
+from tvm_fuse.memory.weights import fallback_bytes  # noqa: E402
 
 MODELS = {"resnet-18": 18, "resnet-50": 50}
 QUICK_MODELS = ("resnet-18",)

@@ -42,7 +42,7 @@ from ..bench.idle import Waits
 from ..bench.layer_table import ONNX_MODELS, write_onnx_model
 from ..bench import choices, kernel_profile
 from ..memory.liveness import tensor_bytes
-from ..schedules import winograd_weights
+from ..memory.weights import fallback_bytes
 from . import api, compat, records, tuning
 from . import kernel as kernel_module
 
@@ -168,38 +168,34 @@ def profile(mod, target, top: int, peak_gflops: float | None = None) -> dict:
     in cache), each distinct call once. ``kernels``: the ``top`` slowest calls, with the
     PrimFunc's name, output shape, ms and share of the summed time; a fused conv also with its
     algorithm, GFLOP and % of ``peak_gflops``. ``by_algorithm``: the summed time by algorithm;
-    ``kernel_sum_ms`` and ``weight_mb``, the calls' constant arguments as a run reads them
-    (``_bytes_read``; ``kernel_profile.profile``)."""
+    ``kernel_sum_ms`` and ``weight_mb``, the calls' constant arguments less the Winograd
+    fallback taps, which a finite run never reads (``memory.weights``;
+    ``kernel_profile.profile``)."""
     lowered = api.lowered_for_compile(mod, None, target)
     timed: dict = {}
     weights: dict = {}  # the constant arguments, each once
-    kernels = []
+    specs, kernels = [], []
     for call in api.op_calls(lowered["main"], "relax.call_tir"):
         func = lowered[call.args[0]]
         args = [*call.args[1].fields, call]
-        spec = kernel_module.spec_of(func)
-        weights.update((a, _bytes_read(a, spec)) for a in args[:-1] if _is_weight(a))
+        weights.update(
+            (a, tensor_bytes(compat.tensor_shape(a), compat.tensor_dtype(a)))
+            for a in args[:-1]
+            if _is_weight(a)
+        )
         key = (call.args[0].name_hint, tuple(compat.tensor_shape(a) for a in args))
         if key not in timed:
             timed[key] = _time_alone(func, args, target)
         kernel = {"node": key[0], "shape": list(key[1][-1]), "ms": timed[key]}
+        spec = kernel_module.spec_of(func)
         if spec is not None:
+            specs.append(spec)
             kernel.update(algorithm=spec.algorithm_name, gflop=spec.flops / 1e9)
             pct = kernel_profile.pct_of_peak(kernel["gflop"], timed[key], peak_gflops)
             kernel["pct_peak"] = pct
         kernels.append(kernel)
-    return kernel_profile.profile(kernels, top, peak_gflops, sum(weights.values()))
-
-
-def _bytes_read(constant, spec) -> int:
-    """Bytes of a call's ``constant`` argument that a run reads: all of them, but for the weight
-    of a Winograd kernel (``spec``), whose direct taps only the non-finite fallback reads."""
-    shape = compat.tensor_shape(constant)
-    size = tensor_bytes(shape, compat.tensor_dtype(constant))
-    taps = None if spec is None else winograd_weights.fallback_tap_shape(spec)
-    if taps is None or shape != tuple(spec.weight.shape):
-        return size
-    return size - tensor_bytes(taps, spec.weight.dtype)
+    read = sum(weights.values()) - fallback_bytes(specs)
+    return kernel_profile.profile(kernels, top, peak_gflops, read)
 
 
 def _is_weight(expr) -> bool:
