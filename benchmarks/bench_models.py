@@ -24,11 +24,12 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import statistics
 import sys
 import tempfile
 from dataclasses import asdict
 
-from tvm_fuse.bench import common, fma_peak, kernel_profile, peers  # noqa: E402  (common first)
+from tvm_fuse.bench import common, fma_peak, idle, kernel_profile, peers  # noqa: E402  (common first)
 
 import numpy as np  # noqa: E402
 from tvm.relay import testing  # noqa: E402
@@ -184,23 +185,31 @@ def reference_f64(num_layers: int, params: dict, data: np.ndarray, target) -> np
     return common.TvmRunner(lib, {"data": data.astype("float64")}).output().astype("float64")
 
 
-def profile(mod, params, data, target, top: int, peak_gflops=None, specs=None, lib=None) -> dict:
+#: Rounds of ``profile``: in each, the FMA peak's microkernel and then every kernel, one by one.
+PROFILE_ROUNDS = 3
+#: Runs of the FMA peak's microkernel per round of ``profile`` (each well under a millisecond).
+PEAK_RUNS = 20
+
+
+def profile(mod, params, data, target, top: int, peak=None, specs=None, lib=None) -> dict:
     """tvm_fuse's kernels timed one by one by TVM's debug executor (weights warm in cache).
 
-    ``kernels``: the ``top`` slowest, each with its node name, output shape, median ms and share
-    of the summed kernel time; a fused conv also with its algorithm and GFLOP (multiply-adds
-    of the direct conv, counted twice, as for every algorithm) and, given the FMA peak
-    ``peak_gflops``, its % of that peak. ``by_algorithm``: every kernel's time summed by
-    algorithm; ``kernel_sum_ms`` and ``weight_mb``, the built module's weights less the
-    Winograd kernels' fallback taps, which a finite run never reads (``kernel_profile.profile``).
-    ``specs``: the model's ``KernelSpec``s if already known; ``lib``: tvm_fuse's build of the
-    model if already built (the one that was timed)."""
+    ``kernels``: the ``top`` slowest, each with its node name, output shape, median ms over
+    ``PROFILE_ROUNDS`` rounds (``runs_ms``: each round's) and share of the summed kernel time; a
+    fused conv also with its algorithm and GFLOP (multiply-adds of the direct conv, counted
+    twice, as for every algorithm) and, given the FMA peak's runner ``peak``
+    (``fma_peak.PeakRunner``, timed at the start of every round), its % of the peak: the
+    median over rounds of each round's time against that round's peak, as ``bench_layers``
+    counts it (``peak_gflops_in_rounds``). ``by_algorithm``: every kernel's time summed by
+    algorithm, its % against the rounds' median peak; ``kernel_sum_ms`` and ``weight_mb``, the
+    built module's weights less the Winograd kernels' fallback taps, which a finite run never
+    reads (``kernel_profile.profile``). ``specs``: the model's ``KernelSpec``s if already known;
+    ``lib``: tvm_fuse's build of the model if already built (the one that was timed)."""
     if lib is None:
         lib = tvm_fuse.build(mod, params=params, target=target)
     graph_json = lib.get_graph_json()
     with tempfile.TemporaryDirectory() as tmp:
-        dbg = common.debug_module(lib, {"data": data}, tmp)
-        times = dbg.run_individual(number=5, repeat=3, min_repeat_ms=50)
+        runs, peaks = _kernel_rounds(common.debug_module(lib, {"data": data}, tmp), peak)
     if specs is None:
         specs = tvm_fuse.describe(tvm_fuse.optimize(mod, params, target))
     weight_bytes = sum(tensor_bytes(v.shape, v.dtype) for v in lib.get_params().values())
@@ -209,19 +218,45 @@ def profile(mod, params, data, target, top: int, peak_gflops=None, specs=None, l
     graph = json.loads(graph_json)
     shapes, first_entry = graph["attrs"]["shape"][1], graph["node_row_ptr"]
     kernels = []
-    for i, (node, runs) in enumerate(zip(graph["nodes"], times)):
+    for i, (node, runs_ms) in enumerate(zip(graph["nodes"], runs)):
         if node["op"] != "tvm_op":
             continue
         inputs = [shapes[first_entry[entry[0]] + entry[1]] for entry in node["inputs"]]
         out = shapes[first_entry[i]]
-        kernel = {"node": node["name"], "shape": out, "ms": float(np.median(runs)) * 1e3}
+        kernel = {"node": node["name"], "shape": out, "ms": statistics.median(runs_ms)}
+        kernel["runs_ms"] = runs_ms
         spec = specs.get(_shape_key(inputs[:2], out))
         if spec is not None:
             kernel.update(algorithm=spec.algorithm_name, gflop=spec.flops / 1e9)
-            pct = kernel_profile.pct_of_peak(kernel["gflop"], kernel["ms"], peak_gflops)
-            kernel["pct_peak"] = pct
+            kernel["pct_peak"] = _pct_in_rounds(kernel["gflop"], runs_ms, peaks)
         kernels.append(kernel)
-    return kernel_profile.profile(kernels, top, peak_gflops, weight_bytes)
+    peak_gflops = statistics.median(peaks) if peaks else None
+    prof = kernel_profile.profile(kernels, top, peak_gflops, weight_bytes)
+    return prof | {"peak_gflops_in_rounds": peaks}
+
+
+def _kernel_rounds(dbg, peak) -> tuple[list[list[float]], list[float] | None]:
+    """Every graph node's time in each of ``PROFILE_ROUNDS`` rounds (ms; a node that is no
+    kernel: 0), and the peak's GFLOP/s timed at the start of each round (None without ``peak``),
+    each measured on idle CPUs (``idle.settle``), as ``common.time_interleaved`` measures."""
+    rounds, peaks = [], []
+    for _ in range(PROFILE_ROUNDS):
+        if peak is not None:
+            idle.settle()
+            peaks.append(peak.gflops(peak.timed(PEAK_RUNS)))
+        idle.settle()
+        rounds.append(dbg.run_individual(number=5, repeat=1, min_repeat_ms=50))
+    runs = [[node[0] * 1e3 for node in by_round] for by_round in zip(*rounds)]
+    return runs, peaks or None
+
+
+def _pct_in_rounds(gflop: float, runs_ms: list[float], peaks: list[float] | None):
+    """The median over rounds of ``gflop`` in each round's time as % of that round's peak."""
+    if not peaks:
+        return None
+    return statistics.median(
+        kernel_profile.pct_of_peak(gflop, ms, peak) for ms, peak in zip(runs_ms, peaks)
+    )
 
 
 def _shape_key(inputs, out) -> tuple:
@@ -242,11 +277,12 @@ def bench_model(
     impls=IMPLS,
     top: int = 0,
     exact: bool = True,
-    peak_gflops: float | None = None,
+    peak=None,
 ) -> dict:
-    """Time ``impls`` on one model; ``top`` > 0 adds tvm_fuse's kernel profile (``profile``,
-    its % of ``peak_gflops``) beside the whole model's time (``kernel_profile.whole_model``);
-    ``exact`` measures every output's error against the float64 network (one more build)."""
+    """Time ``impls`` on one model; ``top`` > 0 adds tvm_fuse's kernel profile (``profile``, its
+    % of the FMA peak that ``peak`` times in its rounds) beside the whole model's time
+    (``kernel_profile.whole_model``); ``exact`` measures every output's error against the
+    float64 network (one more build)."""
     num_layers = MODELS[name]
     mod, params = models.zoo_workload(name)  # relay.testing's, BN statistics redrawn
     data = np.random.default_rng(1).standard_normal(INPUT_SHAPE).astype("float32")
@@ -271,7 +307,7 @@ def bench_model(
 
         def run_profile():  # describes the model itself when the step above failed
             lib = built.get("tvm_fuse")
-            prof = profile(mod, params, data, target, top, peak_gflops, specs, lib)
+            prof = profile(mod, params, data, target, top, peak, specs, lib)
             return kernel_profile.whole_model(prof, end_to_end_ms) if end_to_end_ms else prof
 
         record["profile_tvm_fuse"] = _or_error("profile", run_profile)
@@ -348,12 +384,12 @@ def main(argv=None) -> int:
     peak = fma_peak.fma_peak(target, quick=args.quick) if args.profile else None
     if peak:
         fma_peak.print_peak(peak)
-    peak_gflops = peak["gflops_all"] if peak else None
+    peak_runner = fma_peak.PeakRunner(target, chunks=common.THREADS) if args.profile else None
     records = []
     for name in names:
         print(f"model {name}", flush=True)
         exact = not args.quick
-        records.append(bench_model(name, target, cfg, impls, args.profile, exact, peak_gflops))
+        records.append(bench_model(name, target, cfg, impls, args.profile, exact, peak_runner))
     print_report(records)
     payload = {"machine": common.machine_info(), "timing": asdict(cfg), "models": records}
     if peak:

@@ -87,6 +87,9 @@ def report(model: str, prof: dict, how: str) -> str:
     def num(value, spec):
         return "-" if value is None else format(value, spec)
 
+    peaks = prof.get("peak_gflops_in_rounds")
+    if peaks:
+        how += f"; % of the FMA peak of the same round, {min(peaks):.0f}-{max(peaks):.0f} GFLOP/s"
     lines = [
         f"{model}: tvm_fuse's kernels one by one ({how}), by algorithm",
         f"  {'algorithm':<16} {'calls':>5} {'ms':>8} {'share':>6} {'GFLOP':>7} {'GFLOP/s':>8}"
