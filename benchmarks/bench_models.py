@@ -29,7 +29,8 @@ import sys
 import tempfile
 from dataclasses import asdict
 
-from tvm_fuse.bench import common, fma_peak, idle, kernel_profile, peers  # noqa: E402  (common first)
+# common first: it sets the threads' environment
+from tvm_fuse.bench import common, fma_peak, idle, kernel_profile, peers  # noqa: E402
 
 import numpy as np  # noqa: E402
 from tvm.relay import testing  # noqa: E402
