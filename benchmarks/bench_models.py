@@ -30,7 +30,7 @@ import tempfile
 from dataclasses import asdict
 
 # common first: it sets the threads' environment
-from tvm_fuse.bench import common, fma_peak, idle, kernel_profile, peers  # noqa: E402
+from tvm_fuse.bench import common, fma_peak, kernel_profile, peers  # noqa: E402
 
 import numpy as np  # noqa: E402
 from tvm.relay import testing  # noqa: E402
@@ -229,7 +229,7 @@ def profile(mod, params, data, target, top: int, peak=None, specs=None, lib=None
         spec = specs.get(_shape_key(inputs[:2], out))
         if spec is not None:
             kernel.update(algorithm=spec.algorithm_name, gflop=spec.flops / 1e9)
-            kernel["pct_peak"] = _pct_in_rounds(kernel["gflop"], runs_ms, peaks)
+            kernel["pct_peak"] = kernel_profile.pct_in_rounds(kernel["gflop"], runs_ms, peaks)
         kernels.append(kernel)
     peak_gflops = statistics.median(peaks) if peaks else None
     prof = kernel_profile.profile(kernels, top, peak_gflops, weight_bytes)
@@ -239,25 +239,16 @@ def profile(mod, params, data, target, top: int, peak=None, specs=None, lib=None
 def _kernel_rounds(dbg, peak) -> tuple[list[list[float]], list[float] | None]:
     """Every graph node's time in each of ``PROFILE_ROUNDS`` rounds (ms; a node that is no
     kernel: 0), and the peak's GFLOP/s timed at the start of each round (None without ``peak``),
-    each measured on idle CPUs (``idle.settle``), as ``common.time_interleaved`` measures."""
+    each measured on idle CPUs (``common.settle``), as ``common.time_interleaved`` measures."""
     rounds, peaks = [], []
     for _ in range(PROFILE_ROUNDS):
         if peak is not None:
-            idle.settle()
+            common.settle()
             peaks.append(peak.gflops(peak.timed(PEAK_RUNS)))
-        idle.settle()
+        common.settle()
         rounds.append(dbg.run_individual(number=5, repeat=1, min_repeat_ms=50))
     runs = [[node[0] * 1e3 for node in by_round] for by_round in zip(*rounds)]
     return runs, peaks or None
-
-
-def _pct_in_rounds(gflop: float, runs_ms: list[float], peaks: list[float] | None):
-    """The median over rounds of ``gflop`` in each round's time as % of that round's peak."""
-    if not peaks:
-        return None
-    return statistics.median(
-        kernel_profile.pct_of_peak(gflop, ms, peak) for ms, peak in zip(runs_ms, peaks)
-    )
 
 
 def _shape_key(inputs, out) -> tuple:

@@ -49,7 +49,7 @@ import tvm_fuse  # noqa: E402
 from tvm_fuse.bench import RESULTS  # noqa: E402
 from tvm_fuse.bench.choices import select  # noqa: E402,F401  (re-exported: the suites call it)
 from tvm_fuse.bench.idle import Waits, settle  # noqa: E402,F401  (settle: the suites call it here)
-from tvm_fuse.bench.kernel_profile import pct_of_peak  # noqa: E402
+from tvm_fuse.bench.kernel_profile import pct_in_rounds, pct_of_peak  # noqa: E402
 from tvm_fuse.testing import MODEL_RTOL  # noqa: E402
 
 #: Relative tolerance of every correctness check: max |out - ref| <= RTOL * max |ref|.
@@ -301,20 +301,13 @@ class Result:
             # like with like: the peak is the best run of its microkernel
             best = out["min_ms"]
             out["pct_peak_best"] = pct_of_peak(gflop, best, peak_gflops) if best else None
-            out["pct_peak_round"] = self._pct_in_round(gflop, self.timing.runs_ms)
+            out["pct_peak_round"] = pct_in_rounds(gflop, self.timing.runs_ms, self.peak_runs)
         if gflop is not None and out.get("kernel_ms"):  # its kernel alone (run_case's kernels)
             out["kernel_pct_peak"] = pct_of_peak(gflop, out["kernel_ms"], peak_gflops)
             out["kernel_pct_peak_best"] = pct_of_peak(gflop, out["kernel_min_ms"], peak_gflops)
-            out["kernel_pct_peak_round"] = self._pct_in_round(gflop, out["kernel_runs_ms"])
+            kernel_runs = out["kernel_runs_ms"]
+            out["kernel_pct_peak_round"] = pct_in_rounds(gflop, kernel_runs, self.peak_runs)
         return out
-
-    def _pct_in_round(self, gflop: float, runs_ms: list[float]) -> float | None:
-        """The median over rounds of ``gflop`` in each run's time as % of the peak measured in
-        the same round; None without the peak's rounds."""
-        if not self.peak_runs:
-            return None
-        pcts = (pct_of_peak(gflop, ms, peak) for ms, peak in zip(runs_ms, self.peak_runs))
-        return statistics.median(pcts)
 
 
 def check_close(name: str, out: np.ndarray, ref: np.ndarray, rtol: float = RTOL) -> dict:

@@ -11,10 +11,20 @@ cache reads every weight from memory on each run. ``whole_model`` puts the two s
 
 from __future__ import annotations
 
+import statistics
+
 
 def pct_of_peak(gflop: float, ms: float, peak_gflops: float | None) -> float | None:
     """``gflop`` done in ``ms`` as % of ``peak_gflops`` (None without a peak)."""
     return 100 * gflop / (ms * 1e-3) / peak_gflops if peak_gflops else None
+
+
+def pct_in_rounds(gflop: float, runs_ms, peaks) -> float | None:
+    """The median over rounds of ``gflop`` done in each round's run (``runs_ms``) as % of the
+    FMA peak measured in the same round (``peaks``, GFLOP/s); None without the peak's rounds."""
+    if not peaks:
+        return None
+    return statistics.median(pct_of_peak(gflop, ms, peak) for ms, peak in zip(runs_ms, peaks))
 
 
 def with_shares(kernels: list[dict]) -> list[dict]:
