@@ -106,3 +106,23 @@ def test_bench_adds_the_profile_when_asked(tmp_path):
     assert sum(row["calls"] for row in result["profile"]["by_algorithm"]) == 3
     assert result["profile"]["end_to_end_ms"] == result["ms"]["tvm_fuse.relax"]  # set beside it
     assert "profile" not in bench.bench("layer:down", rounds=1, stock=False, folder=tmp_path)
+
+
+def test_profile_subtracts_each_winograd_weights_taps_once(monkeypatch, rng):
+    """One model weight in two convs: each call reads its own transformed weight (the transform
+    is per call), so a run reads both weights' 16 points, each without its 9 fallback taps."""
+    from helpers import module, tensor_var  # pylint: disable=import-outside-toplevel
+    from tvm import relax  # pylint: disable=import-outside-toplevel
+
+    monkeypatch.setattr(winograd_tiling, "choose_winograd_tile", lambda *a, tiles=(2,), **k: 2)
+    w = relax.const(rng.standard_normal((64, 64, 3, 3)).astype("float32"))
+
+    def body(bb, x):
+        y = bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(x, w, padding=1)))
+        return relax.op.nn.relu(relax.op.nn.conv2d(y, w, padding=1))
+
+    mod = module([tensor_var("x", (1, 64, 14, 14))], body)
+    prof = bench.profile(mod, compat.host_target(), top=10)
+    convs = [k for k in prof["kernels"] if "algorithm" in k]
+    assert [k["algorithm"] for k in convs] == ["winograd F(2x2)"] * 2
+    assert prof["weight_mb"] == pytest.approx(2 * 16 * 64 * 64 * 4 / 1e6)

@@ -174,7 +174,8 @@ def profile(mod, target, top: int, peak_gflops: float | None = None) -> dict:
     lowered = api.lowered_for_compile(mod, None, target)
     timed: dict = {}
     weights: dict = {}  # the constant arguments, each once
-    specs, kernels = [], []
+    fallback: dict = {}  # a Winograd weight's fallback taps, once per weight constant
+    kernels = []
     for call in api.op_calls(lowered["main"], "relax.call_tir"):
         func = lowered[call.args[0]]
         args = [*call.args[1].fields, call]
@@ -189,13 +190,20 @@ def profile(mod, target, top: int, peak_gflops: float | None = None) -> dict:
         kernel = {"node": key[0], "shape": list(key[1][-1]), "ms": timed[key]}
         spec = kernel_module.spec_of(func)
         if spec is not None:
-            specs.append(spec)
+            fallback.update((w, fallback_bytes([spec])) for w in _weight_of(spec, args))
             kernel.update(algorithm=spec.algorithm_name, gflop=spec.flops / 1e9)
             pct = kernel_profile.pct_of_peak(kernel["gflop"], timed[key], peak_gflops)
             kernel["pct_peak"] = pct
         kernels.append(kernel)
-    read = sum(weights.values()) - fallback_bytes(specs)
+    read = sum(weights.values()) - sum(fallback.values())
     return kernel_profile.profile(kernels, top, peak_gflops, read)
+
+
+def _weight_of(spec, args) -> list:
+    """The constant among a fused call's ``args`` (in ``spec.argument_names``' order, as
+    ``kernel.prim_func`` takes them) that is ``spec``'s weight: none if it is not a constant."""
+    weight = args[list(spec.argument_names).index("weight")]
+    return [weight] if _is_weight(weight) else []
 
 
 def _is_weight(expr) -> bool:
