@@ -8,11 +8,19 @@ The parallel block decides how often the transformed weight (alpha^2 x Ci x Co, 
 3x3 weight) is streamed: once per block. Maps with at least ``BLOCKS_PER_CORE`` tile rows per
 core take one tile row per block, its input transformed inside the block (cache-resident).
 Smaller maps, whose tiles are few, put every tile row in one block and split Co into chunks
-instead, so that the cores share the weight rather than each streaming all of it; their input
-is transformed once up front (``v_root``), not once per chunk. Measured on Zen 3 (CPU time of
-one thread, interleaved): per-block transforms are 8-25 % faster than up-front ones at 56x56,
-and up-front ones 10-50 % faster than per-chunk ones at 28x28 and below. Where Co gives fewer
-chunks than cores, the tile rows are split into blocks as well, or a core would idle.
+instead, so that the cores share the weight rather than each streaming all of it. One chunk per
+core where Co allows, each transforming the whole input itself: the cores then share nothing
+they write. The alternative, the input transformed once up front (``v_root``) by both cores
+and each chunk's GEMM reading it all, has a core read the half the other wrote, after a
+barrier; on emeraldrapids (2 threads, kernels alone, the FMA peak timed in the same rounds) a
+chunk per core ran the 28x28x128, 14x14x256 and 7x7x512 convs (F(4x4), F(2x2), F(2x2)) in
+0.95x, 0.87x and 0.96x the time of the up-front transform with 2, 4 and 8 chunks (on 1 thread,
+which does both transforms, 1.04-1.11x), ResNet-18 in 0.975x and ResNet-50 in 0.985x
+(interleaved, 21 rounds). Where no chunk count matches the cores, Co is split into at least
+``BLOCKS_PER_CORE`` chunks per core with the input transformed up front, not once per chunk
+(on Zen 3, up-front transforms were 10-50 % faster than per-chunk ones at 28x28 and below; at
+56x56 per-block transforms 8-25 % faster than up-front ones); and where Co gives fewer chunks
+than cores, the tile rows are split into blocks as well, or a core would idle.
 This module is plain Python: it knows nothing of TE.
 """
 
@@ -58,6 +66,8 @@ def choose_plan(lanes: int, nh: int, nw: int, co_vectors: int, cores: int = DEFA
         return Plan(tile_p, tile_co, block_rows=1, co_chunks=1, v_root=0)
     _, tile_p, tile_co = best_tile(machine, nh * nw, co_vectors)
     chunks = [d for d in range(1, co_vectors // tile_co + 1) if co_vectors % (d * tile_co) == 0]
+    if cores in chunks:  # a Co chunk per core, each transforming the whole input itself
+        return Plan(tile_p, tile_co, block_rows=nh, co_chunks=cores, v_root=0)
     co_chunks = min((d for d in chunks if d >= wanted), default=chunks[-1])
     block_rows = nh
     if co_chunks < cores:  # too few Co chunks to keep every core busy: split the rows too

@@ -290,11 +290,16 @@ def _flat_index(space, knobs):
 
 
 def test_plan_blocks_small_maps_along_co():
+    """Large maps: a tile row per block. Small ones: every row in a block, a Co chunk per core
+    that transforms the input itself; where Co has no chunk per core (9 vectors of 8 lanes in
+    tiles of 3 on 2 cores), more chunks, the input transformed up front."""
     large = winograd_tiling.choose_plan(8, nh=14, nw=14, co_vectors=8)
     assert (large.block_rows, large.co_chunks, large.v_root) == (1, 1, 0)
-    small = winograd_tiling.choose_plan(8, nh=4, nw=4, co_vectors=64)
-    assert small.block_rows == 4 and small.co_chunks >= 8 and small.v_root == 1
-    for plan, co_vectors in ((large, 8), (small, 64)):
+    small = winograd_tiling.choose_plan(8, nh=4, nw=4, co_vectors=64, cores=2)
+    assert (small.block_rows, small.co_chunks, small.v_root) == (4, 2, 0)
+    odd = winograd_tiling.choose_plan(8, nh=4, nw=4, co_vectors=9, cores=2)
+    assert (odd.block_rows, odd.co_chunks, odd.v_root) == (4, 3, 1)
+    for plan, co_vectors in ((large, 8), (small, 64), (odd, 9)):
         assert co_vectors % (plan.co_chunks * plan.tile_co) == 0
         assert plan.tile_p * plan.tile_co + plan.tile_co + 1 <= 16  # fits 16 ymm registers
 

@@ -57,6 +57,8 @@ KERNEL_CASES = {
         (1, 10, 13, 16), 32, m=4, padding=(0, 0, 0, 0), residual=True, lanes=16
     ),
     "ci16_co17_batch2_vl16_f2": winograd_case((2, 7, 7, 16), 17, lanes=16),
+    # 9 Co vectors: 3 chunks on 2 cores, the input transformed once up front (``v_root``)
+    "ci16_co144_map14_vl16_f2": winograd_case((1, 14, 14, 16), 144, lanes=16),
     "s2_ci17_co17_odd_asym_batch2_residual_f2": winograd_case(
         (2, 9, 11, 17), 17, padding=(2, 1, 0, 1), residual=True, stride=2
     ),
@@ -169,7 +171,8 @@ def test_kernel_is_parallel_vectorized_and_carries_its_spec():
 
 @pytest.mark.parametrize(
     "name,up_front",
-    [("ci16_co16_map7_f2", False), ("ci64_co64_map14_leaky_f4", True)],
+    [("ci16_co16_map7_f2", False), ("ci64_co64_map14_leaky_f4", False)]
+    + [("ci16_co144_map14_vl16_f2", True)],
 )
 def test_input_transform_is_parallel_over_tiles(name, up_front):
     """In a block or up front (the plan's ``v_root``), the input transform runs under one
