@@ -260,25 +260,40 @@ def test_the_gemm_prefetches_the_weight_slice_it_reads_next(tile_co, slices_ahea
     assert offsets == [slices_ahead * vector + j * vector for j in range(tile_co)], text
 
 
+
+def _lowered_13x9(m, stride):
+    """The spec and lowered TIR text of a 16 -> 24 channel kernel with a 13x9 output."""
+    case = Case(16, 24, hw=(13 * stride, 9 * stride), m=m, stride=stride)
+    data, weight, bias, _ = make_inputs(np.random.default_rng(0), case)
+    spec = winograd_spec(data, weight, bias, None, case.padding, case.activation, m, 8, stride)
+    packed = weights.transform_hwio(weight, m, 8, stride)
+    inputs = [("d", data), ("w", packed), ("b", bias)]
+    holders = [te.placeholder(a.shape, name=n) for n, a in inputs]
+    with lowering.lowering_context(), host_target():
+        out = winograd.compute(spec, *holders, None)
+        return spec, str(tvm.lower(winograd.schedule([out]), [*holders, out]))
+
 @pytest.mark.parametrize("m, stride", [(4, 1), (2, 1), (4, 2)])
 def test_the_fallback_loops_test_no_bounds_where_the_last_tiles_overhang(m, stride):
     """On a 13x9 output (tiles of 2 and 4 overhang it) the direct fallback runs over whole tiles:
     its loops hold no bound test, so LLVM moves the finite test out of them and a finite tile
     skips them (with the tests inside, a 55x55 F(4x4) conv ran them for every tile: 6x the
     time). The stores of the output keep their bound tests."""
-    case = Case(16, 24, hw=(13 * stride, 9 * stride), m=m, stride=stride)
-    data, weight, bias, _ = make_inputs(np.random.default_rng(0), case)
-    spec = winograd_spec(data, weight, bias, None, case.padding, case.activation, m, 8, stride)
+    spec, text = _lowered_13x9(m, stride)
     assert spec.out_hw == (13, 9)
-    packed = weights.transform_hwio(weight, m, 8, stride)
-    inputs = [("d", data), ("w", packed), ("b", bias)]
-    holders = [te.placeholder(a.shape, name=n) for n, a in inputs]
-    with lowering.lowering_context(), host_target():
-        out = winograd.compute(spec, *holders, None)
-        text = str(tvm.lower(winograd.schedule([out]), [*holders, out]))
     loops = re.search(r"for rc_direct, kh_direct, kw_direct, y, x in T\.grid\(.*?\):\n(.*)\n", text)
     assert loops and " if " not in loops.group(1), text
 
+
+
+@pytest.mark.parametrize("m, stride", [(4, 1), (2, 2)])
+def test_the_input_transform_reads_the_input_in_place(m, stride):
+    """No padded copy of the input: the lowered kernel allocates no ``data_pad`` and reads the
+    padding as a bound test in the input transform (both backends; the Relax one in
+    ``tests_relax/test_winograd.py``)."""
+    spec, text = _lowered_13x9(m, stride)
+    assert any(spec.padding)
+    assert "data_pad" not in text and "wino_rows" in text, text
 
 def _flat_index(space, knobs):
     """The index in ``space`` of the config with ``knobs`` (AutoTVM's mixed-radix order)."""

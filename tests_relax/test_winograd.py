@@ -188,6 +188,14 @@ def test_input_transform_is_parallel_over_tiles(name, up_front):
     assert unrolled == [alpha, alpha]
 
 
+
+def test_the_input_transform_reads_the_input_in_place():
+    """No padded copy of the input (``schedules.winograd``): no ``data_pad`` block is left."""
+    spec = KERNEL_CASES["ci17_co16_odd_asym_residual_f4"]
+    assert any(spec.padding)
+    text = kernel.prim_func(spec, cores=CORES).script()
+    assert "data_pad" not in text and "wino_rows" in text
+
 # -- through build -------------------------------------------------------------------------------
 @pytest.fixture
 def force_tile(monkeypatch):

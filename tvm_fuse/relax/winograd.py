@@ -14,7 +14,8 @@ same tiling:
   ``tile_co`` Co vectors (a ``local`` accumulator, the reduction outside, unrolled, the lanes
   vectorized);
 - the input transform ``V = B^T d B`` per tile and Ci vector, at each block, or (``v_root``) for
-  the whole input up front in its own parallel loop; the padded input in a parallel loop.
+  the whole input up front in its own parallel loop; it reads the input in place (no padded
+  copy).
 """
 
 from __future__ import annotations
@@ -75,9 +76,7 @@ def schedule(sch, spec: KernelSpec, plan: winograd_tiling.Plan, blocks: dict, ou
     if not plan.v_root:
         sch.compute_at(v, block, preserve_unit_loops=True)
     _schedule_input(sch, v, rows, lanes, up_front=bool(plan.v_root))
-    pad = blocks["data_pad"]
-    pb, ph, _, _ = sch.get_loops(pad)
-    sch.parallel(sch.fuse(pb, ph))
+    sch.compute_inline(blocks["data_pad"])  # no padded copy (``schedules.winograd``)
 
 
 def _schedule_fallback(sch, blocks, cvi):
