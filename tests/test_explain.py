@@ -7,6 +7,7 @@ from tvm import relay
 
 from tvm_fuse import examples, explain, strategy
 from tvm_fuse.api import describe, optimize
+from tvm_fuse.schedules import loop_nest, tiling
 
 
 def _const(shape, dtype="float32", value=None, rng=None):
@@ -92,6 +93,21 @@ def test_a_depthwise_conv_is_fused_and_names_its_kernel(channels, path):
     assert [spec.ops for spec in report.kernels] == [("depthwise_conv2d", "bias", "relu")]
     assert report.paths == [path]
     assert "groups " + str(channels) in str(report.kernels[0])
+    assert report.loops == [None] and "loops:" not in str(report)  # no tile model to show
+
+
+@pytest.mark.parametrize("algorithm", ["auto", "direct"])
+def test_each_fast_kernel_shows_its_loop_nest(algorithm):
+    """Under its kernel line, the kernel half's plan for the seed conv on this target: the
+    direct kernel's register tile and parallel order as its Relay schedule takes them, or the
+    Winograd kernel's tile, parallel blocks and where it transforms its input."""
+    mod, params = examples.seed_example()
+    report = explain.explain(mod, params, memory=False, algorithm=algorithm)
+    (spec,), (loops,) = report.kernels, report.loops
+    cores = int(report.target.attrs["num-cores"])
+    assert loops == loop_nest.describe(spec, cores, tiling.co_blocks_outside_rows(spec))
+    assert ("parallel blocks of" if spec.algorithm == "winograd" else "parallel over") in loops
+    assert f"loops:     {loops}" in str(report)
 
 
 def test_a_conv_output_with_a_second_consumer_keeps_its_batch_norm(rng):

@@ -20,7 +20,7 @@ from test_kernel import host_target, reference
 from tvm import autotvm, relay, te
 
 from tvm_fuse import lowering, testing
-from tvm_fuse.schedules import tiling, winograd, winograd_tiling
+from tvm_fuse.schedules import loop_nest, tiling, winograd, winograd_tiling
 from tvm_fuse.spec import KernelSpec
 from tvm_fuse.schedules import winograd_weights as weights
 
@@ -261,9 +261,9 @@ def test_the_gemm_prefetches_the_weight_slice_it_reads_next(tile_co, slices_ahea
 
 
 
-def _lowered_13x9(m, stride):
-    """The spec and lowered TIR text of a 16 -> 24 channel kernel with a 13x9 output."""
-    case = Case(16, 24, hw=(13 * stride, 9 * stride), m=m, stride=stride)
+def _lowered_13x9(m, stride, co=24):
+    """The spec and lowered TIR text of a 16 -> ``co`` channel kernel with a 13x9 output."""
+    case = Case(16, co, hw=(13 * stride, 9 * stride), m=m, stride=stride)
     data, weight, bias, _ = make_inputs(np.random.default_rng(0), case)
     spec = winograd_spec(data, weight, bias, None, case.padding, case.activation, m, 8, stride)
     packed = weights.transform_hwio(weight, m, 8, stride)
@@ -294,6 +294,21 @@ def test_the_input_transform_reads_the_input_in_place(m, stride):
     spec, text = _lowered_13x9(m, stride)
     assert any(spec.padding)
     assert "data_pad" not in text and "wino_rows" in text, text
+
+
+@pytest.mark.parametrize("m, stride, co", [(4, 1, 24), (2, 2, 24), (4, 1, 72), (4, 1, 128)])
+def test_the_loop_nest_in_words_counts_the_lowered_kernels_parallel_blocks(m, stride, co):
+    """``tvm-fuse explain``'s ``loops:`` line (``schedules.loop_nest``) says as many parallel
+    blocks as the lowered kernel's block loop has iterations, and where the input is transformed
+    as its parallel loops show (up front: a parallel loop of its own before the blocks'). Co of
+    3 vectors: blocks of tile rows; 9: three Co chunks, the input up front; 16: a chunk per core."""
+    spec, text = _lowered_13x9(m, stride, co)
+    described = loop_nest.describe(spec, int(host_target().attrs["num-cores"]), False)
+    blocks = int(re.search(r"(\d+) parallel blocks", described).group(1))
+    parallel = re.findall(r"in T\.parallel\((\d+)\)", text)
+    assert int(parallel[-1]) == blocks, (described, parallel)
+    up_front = "transformed up front" in described
+    assert len(parallel) == 1 + up_front and (up_front or "transformed in each block" in described)
 
 def _flat_index(space, knobs):
     """The index in ``space`` of the config with ``knobs`` (AutoTVM's mixed-radix order)."""

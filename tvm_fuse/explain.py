@@ -2,7 +2,7 @@
 
 It runs ``tvm_fuse.optimize`` and reads the result: every fused kernel's task description (and
 whether the fast x86 kernel or the generic fallback will implement it, from the strategy's own
-``fast_path_refusal``), the ``layout_transform`` ops left, the ``nn.conv2d`` and
+``fast_path_refusal``, and the fast kernel's default loop nest, ``schedules.loop_nest``), the ``layout_transform`` ops left, the ``nn.conv2d`` and
 ``nn.batch_norm`` calls left unfused with the reason, the other ops (compiled by stock TVM), and
 the memory plan's summary (``tvm_fuse.memory.plan``) for the stock graph and for tvm_fuse's, and
 the weights each holds: packing and Winograd change their size, which a deployment pays in memory.
@@ -32,6 +32,7 @@ from .memory.liveness import tensor_bytes
 from .api import bind_params, describe, optimize
 from .passes.fold_bn import conv_chain, fold_refusal
 from .passes.fuse import conv_refusal
+from .schedules import loop_nest, tiling
 from .spec import KernelSpec
 from .strategy import fast_kernel, fast_path_refusal
 from .target import as_target
@@ -155,6 +156,15 @@ def kernel_path(spec: KernelSpec, target) -> str:
     return f"generic NHWC fallback ({refusal})"
 
 
+def kernel_loops(spec: KernelSpec, target) -> str | None:
+    """The loop nest the fast kernel runs for ``spec`` on ``target`` by default, in words (None
+    where the generic fallback runs it): the kernel half's decisions (``schedules.loop_nest``)."""
+    if fast_path_refusal(spec, target):
+        return None
+    cores = int(target.attrs.get("num-cores", 0))
+    return loop_nest.describe(spec, cores, tiling.co_blocks_outside_rows(spec))
+
+
 def other_ops(mod: tvm.IRModule) -> collections.Counter:
     """Op name -> count of the ops this report does not explain one by one."""
     counts = count_ops(mod)
@@ -206,6 +216,7 @@ class Explanation:
     target: tvm.target.Target
     kernels: list[KernelSpec]
     paths: list[str]
+    loops: list[str | None]  # the kernel half's loop nest of each kernel (``loop_nest``)
     transforms: list[str]
     leftovers: list[Leftover]
     others: collections.Counter = field(default_factory=collections.Counter)
@@ -214,8 +225,10 @@ class Explanation:
 
     def __str__(self) -> str:
         out = [f"target: {self.target}", _title(f"fused kernels ({len(self.kernels)})")]
-        for i, (spec, path) in enumerate(zip(self.kernels, self.paths), 1):
-            out += [f"#{i}", str(spec), f"{'kernel:':<11}{path}", ""]
+        for i, (spec, path, loops) in enumerate(zip(self.kernels, self.paths, self.loops), 1):
+            out += [f"#{i}", str(spec), f"{'kernel:':<11}{path}"]
+            out += [f"{'loops:':<11}{loops}"] if loops else []
+            out.append("")
         out.append(_title(f"layout_transform ops left ({len(self.transforms)})"))
         out += self.transforms or ["none"]
         out.append(_title(f"conv2d / batch_norm left unfused ({len(self.leftovers)})"))
@@ -246,6 +259,7 @@ def explain(
         target=target,
         kernels=kernels,
         paths=[kernel_path(spec, target) for spec in kernels],
+        loops=[kernel_loops(spec, target) for spec in kernels],
         transforms=layout_transforms(optimized),
         leftovers=leftovers(bound, optimized),
         others=other_ops(optimized),

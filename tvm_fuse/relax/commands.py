@@ -23,7 +23,7 @@ from tvm import relax
 from tvm.relax.frontend.onnx import from_onnx
 
 from .. import onnx_example
-from ..schedules import transposes
+from ..schedules import loop_nest, transposes
 from ..errors import UserError
 from ..memory.liveness import tensor_bytes
 from ..memory.weights import fallback_bytes, weights_table
@@ -133,6 +133,9 @@ def explain(mod: tvm.IRModule, target) -> str:
         why = f" ({refusal})" if refusal and spec.lanes is None else ""
         lines.append(f"\nkernel {i}: {name}{why}")
         lines.append(str(spec))
+        # this backend's direct kernel splits rows first (``relax.kernel``)
+        loops = None if refusal else loop_nest.describe(spec, strategy.cores(target), False)
+        lines += [f"{'loops:':<11}{loops}"] if loops else []
     names = _main_calls(optimized)
     blocked = sum(n.startswith(_BLOCKED_TRANSPOSES) for n in names)
     left = names.count("permute_dims") + blocked

@@ -1,0 +1,52 @@
+"""The kernel half's loop nest for a task, in words: what ``tvm-fuse explain`` prints under each
+fast kernel, so that the report shows the local decisions beside the graph half's global ones.
+
+These are the tile models' choices, the ones both backends' schedules take when no tuning record
+applies (``tiling.tiles_for`` for the direct kernel, ``winograd_tiling.choose_plan`` for the
+Winograd kernel); a tuning log may override them. Which comes first in the direct kernel's
+parallel loop is the backend's: the Relay schedule asks ``tiling.co_blocks_outside_rows``, the
+Relax one keeps rows first. Plain Python, shared by both backends.
+"""
+
+from __future__ import annotations
+
+from ..spec import KernelSpec
+from . import tiling, winograd_tiling
+
+
+def describe(spec: KernelSpec, cores: int, co_blocks_first: bool) -> str | None:
+    """The default loop nest of the fast kernel of ``spec`` (weight packed or transformed) on
+    ``cores`` cores (0: the tile model's default), the direct kernel's parallel loop taking Co
+    blocks first if ``co_blocks_first``; None for a kernel without a tile model here (the
+    depthwise one, the generic fallback)."""
+    if spec.lanes is None or spec.depthwise:
+        return None
+    if spec.algorithm == "winograd":
+        return _winograd(spec, cores or winograd_tiling.DEFAULT_CORES)
+    return _direct(spec, co_blocks_first)
+
+
+def _direct(spec: KernelSpec, co_blocks_first: bool) -> str:
+    tiles = tiling.tiles_for(spec)
+    along, unit = ("Ho*Wo", "pixel tiles") if tiles.flat else ("Wo", "rows")
+    ci = f", Ci in blocks of {tiles.icb}" if tiles.icb < spec.in_channels else ""
+    first, then = ("Co blocks", unit) if co_blocks_first else (unit, "Co blocks")
+    return (
+        f"register tile {tiles.owb} pixels along {along} x {tiles.ocb} vectors of {spec.lanes} "
+        f"channels{ci}; parallel over {first}, then {then}"
+    )
+
+
+def _winograd(spec: KernelSpec, cores: int) -> str:
+    m, (ho, wo) = spec.winograd_tile, spec.out_hw
+    nh, nw, co_vectors = -(-ho // m), -(-wo // m), spec.weight.shape[1]
+    plan = winograd_tiling.choose_plan(spec.lanes, nh, nw, co_vectors, cores)
+    chunk, tile_co = winograd_tiling.chunk_and_tile_co(co_vectors, plan.co_chunks, plan.tile_co)
+    blocks = spec.data.shape[0] * -(-nh // plan.block_rows) * plan.co_chunks
+    where = "up front, shared by the blocks" if plan.v_root else "in each block"
+    return (
+        f"register tile {plan.tile_p} tiles x {tile_co} vectors of {spec.lanes} channels; "
+        f"{blocks} parallel blocks of {plan.block_rows} tile row{'s' * (plan.block_rows > 1)} "
+        f"x {chunk} Co vectors "
+        f"(planned for {cores} cores); input transformed {where}"
+    )
