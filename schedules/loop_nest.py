@@ -47,6 +47,5 @@ def _winograd(spec: KernelSpec, cores: int) -> str:
     return (
         f"register tile {plan.tile_p} tiles x {tile_co} vectors of {spec.lanes} channels; "
         f"{blocks} parallel blocks of {plan.block_rows} tile row{'s' * (plan.block_rows > 1)} "
-        f"x {chunk} Co vectors "
-        f"(planned for {cores} cores); input transformed {where}"
+        f"x {chunk} Co vectors (planned for {cores} cores); input transformed {where}"
     )

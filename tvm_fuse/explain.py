@@ -2,10 +2,11 @@
 
 It runs ``tvm_fuse.optimize`` and reads the result: every fused kernel's task description (and
 whether the fast x86 kernel or the generic fallback will implement it, from the strategy's own
-``fast_path_refusal``, and the fast kernel's default loop nest, ``schedules.loop_nest``), the ``layout_transform`` ops left, the ``nn.conv2d`` and
-``nn.batch_norm`` calls left unfused with the reason, the other ops (compiled by stock TVM), and
-the memory plan's summary (``tvm_fuse.memory.plan``) for the stock graph and for tvm_fuse's, and
-the weights each holds: packing and Winograd change their size, which a deployment pays in memory.
+``fast_path_refusal``, and the fast kernel's default loop nest, ``schedules.loop_nest``), the
+``layout_transform`` ops left, the ``nn.conv2d`` and ``nn.batch_norm`` calls left unfused with
+the reason, the other ops (compiled by stock TVM), and the memory plan's summary
+(``tvm_fuse.memory.plan``) for the stock graph and for tvm_fuse's, and the weights each holds:
+packing and Winograd change their size, which a deployment pays in memory.
 
 Each reason is the pass's own: a conv's is the fusion pass's (``passes.fuse.conv_refusal``:
 unsupported groups, dtype or layout, dynamic shapes), read from the optimized module; a
