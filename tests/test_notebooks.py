@@ -72,6 +72,7 @@ def test_graph_meets_kernel_runs(monkeypatch):
     text = _text(notebook)
     assert "after tvm_fuse.FuseConvBiasAct" in text
     assert "epilogue:  out = max(0, acc + b)" in text
+    assert "loops:     register tile" in text  # the tile model's loop nest (schedules.loop_nest)
     assert "parallel" in text and "vectorized" in text
     assert "FMA peak:" in text and "of the FMA peak measured in the same rounds" in text
     assert _images(notebook) == 1
