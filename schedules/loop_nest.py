@@ -22,7 +22,7 @@ def describe(spec: KernelSpec, cores: int, co_blocks_first: bool) -> str | None:
     if spec.lanes is None or spec.depthwise:
         return None
     if spec.algorithm == "winograd":
-        return _winograd(spec, cores or winograd_tiling.DEFAULT_CORES)
+        return _winograd(spec, cores)
     return _direct(spec, co_blocks_first)
 
 
@@ -38,11 +38,12 @@ def _direct(spec: KernelSpec, co_blocks_first: bool) -> str:
 
 
 def _winograd(spec: KernelSpec, cores: int) -> str:
-    m, (ho, wo) = spec.winograd_tile, spec.out_hw
-    nh, nw, co_vectors = -(-ho // m), -(-wo // m), spec.weight.shape[1]
-    plan = winograd_tiling.choose_plan(spec.lanes, nh, nw, co_vectors, cores)
+    cores = cores or winograd_tiling.DEFAULT_CORES
+    plan = winograd_tiling.plan_for_spec(spec, cores)
+    co_vectors = spec.weight.shape[1]
     chunk, tile_co = winograd_tiling.chunk_and_tile_co(co_vectors, plan.co_chunks, plan.tile_co)
-    blocks = spec.data.shape[0] * -(-nh // plan.block_rows) * plan.co_chunks
+    tile_rows = -(-spec.out_hw[0] // spec.winograd_tile)
+    blocks = spec.data.shape[0] * -(-tile_rows // plan.block_rows) * plan.co_chunks
     where = "up front, shared by the blocks" if plan.v_root else "in each block"
     return (
         f"register tile {plan.tile_p} tiles x {tile_co} vectors of {spec.lanes} channels; "

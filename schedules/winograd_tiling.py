@@ -76,6 +76,14 @@ def choose_plan(lanes: int, nh: int, nw: int, co_vectors: int, cores: int = DEFA
     return Plan(tile_p, tile_co, block_rows, co_chunks, v_root=int(co_chunks > 1))
 
 
+def plan_for_spec(spec, cores: int = 0) -> Plan:
+    """The plan for a Winograd ``spec`` (a ``KernelSpec`` whose weight is transformed) on
+    ``cores`` cores (0: ``DEFAULT_CORES``): the kernel's tile grid and Co vectors."""
+    m, (ho, wo) = spec.winograd_tile, spec.out_hw
+    grid = (-(-ho // m), -(-wo // m))
+    return choose_plan(spec.lanes, *grid, spec.weight.shape[1], cores or DEFAULT_CORES)
+
+
 def chunk_and_tile_co(co_vectors: int, co_chunks: int, tile_co: int) -> tuple[int, int]:
     """Co vectors per parallel chunk, and the register tile's ``tile_co`` made a divisor of the
     chunk (a tuned config may pair knobs the plan would not)."""

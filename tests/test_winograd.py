@@ -260,7 +260,6 @@ def test_the_gemm_prefetches_the_weight_slice_it_reads_next(tile_co, slices_ahea
     assert offsets == [slices_ahead * vector + j * vector for j in range(tile_co)], text
 
 
-
 def _lowered_13x9(m, stride, co=24):
     """The spec and lowered TIR text of a 16 -> ``co`` channel kernel with a 13x9 output."""
     case = Case(16, co, hw=(13 * stride, 9 * stride), m=m, stride=stride)
@@ -273,6 +272,7 @@ def _lowered_13x9(m, stride, co=24):
         out = winograd.compute(spec, *holders, None)
         return spec, str(tvm.lower(winograd.schedule([out]), [*holders, out]))
 
+
 @pytest.mark.parametrize("m, stride", [(4, 1), (2, 1), (4, 2)])
 def test_the_fallback_loops_test_no_bounds_where_the_last_tiles_overhang(m, stride):
     """On a 13x9 output (tiles of 2 and 4 overhang it) the direct fallback runs over whole tiles:
@@ -283,7 +283,6 @@ def test_the_fallback_loops_test_no_bounds_where_the_last_tiles_overhang(m, stri
     assert spec.out_hw == (13, 9)
     loops = re.search(r"for rc_direct, kh_direct, kw_direct, y, x in T\.grid\(.*?\):\n(.*)\n", text)
     assert loops and " if " not in loops.group(1), text
-
 
 
 @pytest.mark.parametrize("m, stride", [(4, 1), (2, 2)])
@@ -309,6 +308,7 @@ def test_the_loop_nest_in_words_counts_the_lowered_kernels_parallel_blocks(m, st
     assert int(parallel[-1]) == blocks, (described, parallel)
     up_front = "transformed up front" in described
     assert len(parallel) == 1 + up_front and (up_front or "transformed in each block" in described)
+
 
 def _flat_index(space, knobs):
     """The index in ``space`` of the config with ``knobs`` (AutoTVM's mixed-radix order)."""

@@ -178,7 +178,7 @@ def test_input_transform_is_parallel_over_tiles(name, up_front):
     """In a block or up front (the plan's ``v_root``), the input transform runs under one
     parallel loop, its tiles not unrolled: only the alpha x alpha points are."""
     spec = KERNEL_CASES[name]
-    assert winograd.plan_for(spec, CORES).v_root == up_front
+    assert winograd_tiling.plan_for_spec(spec, CORES).v_root == up_front
     sch = compat.Schedule(kernel.prim_func(spec, cores=CORES))
     loops = [sch.get(loop) for loop in sch.get_loops(sch.get_sblock("wino_v"))]
     kinds = [int(loop.kind) for loop in loops]
@@ -188,13 +188,13 @@ def test_input_transform_is_parallel_over_tiles(name, up_front):
     assert unrolled == [alpha, alpha]
 
 
-
 def test_the_input_transform_reads_the_input_in_place():
     """No padded copy of the input (``schedules.winograd``): no ``data_pad`` block is left."""
     spec = KERNEL_CASES["ci17_co16_odd_asym_residual_f4"]
     assert any(spec.padding)
     text = kernel.prim_func(spec, cores=CORES).script()
     assert "data_pad" not in text and "wino_rows" in text
+
 
 # -- through build -------------------------------------------------------------------------------
 @pytest.fixture

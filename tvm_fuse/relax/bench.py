@@ -190,20 +190,15 @@ def profile(mod, target, top: int, peak_gflops: float | None = None) -> dict:
         kernel = {"node": key[0], "shape": list(key[1][-1]), "ms": timed[key]}
         spec = kernel_module.spec_of(func)
         if spec is not None:
-            fallback.update((w, fallback_bytes([spec])) for w in _weight_of(spec, args))
+            weight = args[list(spec.argument_names).index("weight")]  # prim_func's order
+            if _is_weight(weight):
+                fallback[weight] = fallback_bytes([spec])
             kernel.update(algorithm=spec.algorithm_name, gflop=spec.flops / 1e9)
             pct = kernel_profile.pct_of_peak(kernel["gflop"], timed[key], peak_gflops)
             kernel["pct_peak"] = pct
         kernels.append(kernel)
     read = sum(weights.values()) - sum(fallback.values())
     return kernel_profile.profile(kernels, top, peak_gflops, read)
-
-
-def _weight_of(spec, args) -> list:
-    """The constant among a fused call's ``args`` (in ``spec.argument_names``' order, as
-    ``kernel.prim_func`` takes them) that is ``spec``'s weight: none if it is not a constant."""
-    weight = args[list(spec.argument_names).index("weight")]
-    return [weight] if _is_weight(weight) else []
 
 
 def _is_weight(expr) -> bool:

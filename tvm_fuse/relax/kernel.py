@@ -54,7 +54,7 @@ def prim_func(spec: KernelSpec, tiles: tiling.Tiles | None = None, cores: int | 
     }
     args = {"bias": None, "residual": None, **tensors}
     if spec.algorithm == "winograd":
-        plan = winograd.plan_for(spec, cores or winograd_tiling.DEFAULT_CORES)
+        plan = winograd_tiling.plan_for_spec(spec, cores)
         out = winograd_te.compute(spec, **args, block_rows=plan.block_rows, tile_p=plan.tile_p)
         sch = compat.Schedule(te.create_prim_func([*tensors.values(), out]))
         blocks = _blocks(sch)

@@ -26,13 +26,6 @@ from ..spec import KernelSpec
 NAME = "conv2d_nhwc_winograd.x86"
 
 
-def plan_for(spec: KernelSpec, cores: int) -> winograd_tiling.Plan:
-    """The tile model's plan for ``spec`` on ``cores`` cores (the Relay template's fallback)."""
-    m, (ho, wo) = spec.winograd_tile, spec.out_hw
-    co_vectors = spec.weight.shape[1]
-    return winograd_tiling.choose_plan(spec.lanes, -(-ho // m), -(-wo // m), co_vectors, cores)
-
-
 def schedule(sch, spec: KernelSpec, plan: winograd_tiling.Plan, blocks: dict, out):
     """Schedule ``sch``, the PrimFunc of ``schedules.winograd_te`` for ``spec`` and ``plan``
     (``blocks``: its blocks by name; ``out``: the block that stores the output, the output
