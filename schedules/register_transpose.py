@@ -87,10 +87,14 @@ class BufferStage:
 
 def emit(emitter, plane, block: int, src, dst) -> None:
     """The kernel on the flat buffers ``src`` and ``dst``, through ``emitter``: parallel over
-    (n, h); per row, column blocks, then row blocks (a last one partial)."""
+    (n, h), per row column blocks, then row blocks (a last one partial); or, where the plane
+    groups its columns (``col_group``), parallel over (n, h, column groups), per group row
+    blocks, then the group's column blocks."""
     tir = emitter.expr
     full, tail = divmod(plane.rows, block)
-    with emitter.loop(plane.batch * plane.height, "nh", parallel=True) as nh:
+    groups = plane.cols // plane.col_group if plane.col_group else 1
+    with emitter.loop(plane.batch * plane.height * groups, "task", parallel=True) as task:
+        nh, group = task // groups, task % groups
         n, h = nh // plane.height, nh % plane.height
         stages = [emitter.stage(src.dtype, block, f"stage{i}") for i in range(2)]
 
@@ -113,12 +117,28 @@ def emit(emitter, plane, block: int, src, dst) -> None:
                 start = plane.dst(n, h, col0 + c, row0)
                 emitter.store(dst, value, tir.Ramp(start, 1, rows) if rows > 1 else start)
 
+        if plane.col_group:
+            _group_blocks(emitter, full, tail, block, plane.col_group, group, transpose_block)
+            return
         with emitter.loop(plane.cols // block, "col_block") as cb:
             if full:
                 with emitter.loop(full, "row_block") as rb:
                     transpose_block(rb * block, cb * block, block)
             if tail:
                 transpose_block(full * block, cb * block, tail)
+
+
+def _group_blocks(emitter, full, tail, block, col_group, group, transpose_block) -> None:
+    """One task's column group: row blocks outside its column blocks, so that the task reads each
+    input row's ``col_group`` values at once (a line or a pair)."""
+    col0 = group * col_group
+    if full:
+        with emitter.loop(full, "row_block") as rb:
+            with emitter.loop(col_group // block, "col_block") as cb:
+                transpose_block(rb * block, col0 + cb * block, block)
+    if tail:
+        with emitter.loop(col_group // block, "col_block") as cb:
+            transpose_block(full * block, col0 + cb * block, tail)
 
 
 #: Values in a 128-bit lane: the unit of the unpack instructions.

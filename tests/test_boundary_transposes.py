@@ -29,10 +29,11 @@ def _conv_relu(rng, x, ci, co):
 # Ragged shapes: W and C not multiples of any SIMD width, batch 2, a 1x1 map.
 SHAPES = [(1, 112, 112, 64), (2, 5, 13, 17), (1, 1, 1, 40), (1, 3, 20, 3)]
 # Shapes (NHWC) the in-register kernel takes: blocks of 16, 8 and 4 values, rows that end in a
-# partial block (exit: W = 56 = 3 x 16 + 8, 7 = 4 + 3, 9 = 8 + 1; entry: C = 20 = 16 + 4, 9),
-# batch 2.
+# partial block (exit: W = 56 = 3 x 16 + 8, 9 = 8 + 1, and split by channel groups, H*W = 49 =
+# 3 x 16 + 1, 15 = 8 + 7; entry: C = 20 = 16 + 4, 9), batch 2.
 BLOCK_SHAPES = {
-    "exit": [(1, 4, 32, 64), (2, 3, 56, 24), (1, 7, 7, 512), (2, 5, 20, 36), (1, 2, 9, 16)],
+    "exit": [(1, 4, 32, 64), (2, 3, 56, 24), (1, 7, 7, 512), (2, 5, 20, 36), (1, 2, 9, 16),
+             (2, 3, 5, 128), (1, 28, 28, 128)],
     "entry": [(1, 4, 32, 64), (2, 3, 56, 24), (2, 5, 20, 36), (1, 3, 16, 20), (1, 2, 16, 9)],
 }
 
@@ -83,7 +84,8 @@ def test_register_kernel_equals_numpy_transpose(direction, shape, lanes, rng):
     [
         ("nhwc_to_nchw", (1, 112, 112, 64), 16, 16),
         ("nhwc_to_nchw", (1, 112, 112, 64), 8, 8),
-        ("nhwc_to_nchw", (1, 7, 7, 512), 16, 4),  # no more than the rows
+        ("nhwc_to_nchw", (1, 7, 7, 48), 16, 4),  # no more than the rows
+        ("nhwc_to_nchw", (1, 7, 7, 512), 16, 16),  # split by channels: rows H*W = 49
         ("nhwc_to_nchw", (1, 56, 56, 24), 16, 8),  # a divisor of the columns
         ("nhwc_to_nchw", (2, 5, 13, 17), 16, 0),  # odd columns: tiled
         ("nchw_to_nhwc", (1, 3, 224, 224), 16, 0),  # 3 rows: tiled
@@ -93,6 +95,29 @@ def test_register_kernel_equals_numpy_transpose(direction, shape, lanes, rng):
 def test_block_size(name, shape, lanes, block):
     plane = transposes.TRANSPOSES[name].plane(shape)
     assert transposes.block_size(plane, lanes) == block
+
+
+@pytest.mark.parametrize(
+    "shape, col_group, tasks",
+    [
+        ((1, 7, 7, 2048), 32, 64),  # 2048 / 32 channel groups, each writing 32 planes of 49
+        ((2, 3, 5, 128), 32, 8),  # batch 2 x 4 groups
+        ((1, 28, 28, 128), 16, 8),  # 4 groups of 32 are too few tasks: groups of 16
+        ((1, 56, 56, 64), 0, 56),  # too few channels: split by rows (H)
+        ((1, 7, 7, 40), 0, 7),  # no group divides C
+    ],
+)
+def test_exit_splits_small_maps_by_channel_groups(shape, col_group, tasks):
+    """Where channel groups make at least ``MIN_EXIT_TASKS`` tasks, the exit's parallel loop runs
+    over them, each task's plane rows H*W; else over (N, H)."""
+    n, h, w, c = shape
+    plane = transposes.exit_plane(shape)
+    assert plane.col_group == col_group
+    assert (plane.height, plane.rows) == ((1, h * w) if col_group else (h, w))
+    data = te.placeholder(shape, name="data")
+    out = transposes.cpu_compute("nhwc_to_nchw", data, 16)
+    text = str(tvm.lower(transposes.schedule([out], 16), [data, out]))
+    assert re.findall(r"T\.parallel\((\d+)\)", text) == [str(tasks)]
 
 
 @pytest.mark.parametrize("block", [4, 8, 16])

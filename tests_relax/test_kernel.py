@@ -210,7 +210,9 @@ def test_boundary_transpose_matches_numpy(name, shape, rng, target):
     [
         ("nhwc_to_nchw", (1, 4, 32, 64)),
         ("nhwc_to_nchw", (2, 3, 56, 24)),  # blocks of 8, rows 56 = 3 x 16 + 8
-        ("nhwc_to_nchw", (1, 7, 7, 512)),  # 7 = 4 + 3
+        ("nhwc_to_nchw", (1, 7, 7, 48)),  # 7 = 4 + 3
+        ("nhwc_to_nchw", (1, 7, 7, 512)),  # split by channel groups, H*W = 49 = 3 x 16 + 1
+        ("nhwc_to_nchw", (2, 3, 5, 128)),  # the same, H*W = 15 = 8 + 7 at 16 lanes
         ("nhwc_to_nchw", (1, 2, 9, 16)),  # a one-row tail
         ("nchw_to_nhwc", (1, 20, 3, 16)),  # rows C = 20 = 16 + 4
         ("nchw_to_nhwc", (2, 24, 3, 56)),
