@@ -129,6 +129,50 @@ def test_kernel_matches_float64_reference(case, rng):
     assert np.abs(got - want).max() <= ERROR_BOUND * np.abs(want).max()
 
 
+def _packed_case(rng, case):
+    """(spec with its packed weight, the kernel's tensors, the float64 reference's arguments)."""
+    data, weight, bias = make_inputs(rng, case)
+    spec = spec_of(case, data, weight, bias)
+    lanes = packing.depthwise_lanes(case.channels, case.lanes)
+    spec = dataclasses.replace(spec, weight=packing.packed_depthwise_weight(spec, lanes))
+    tensors = {"data": data, "weight": packing.pack_depthwise_hwio(weight, lanes), "bias": bias}
+    return spec, tensors, (case, data, weight, bias, None)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_kernel_reads_the_input_in_place(stride, rng):
+    """No padded copy of the input: the lowered kernel allocates no ``data_pad``; the padding is
+    a bound test on each tap."""
+    spec, tensors, _ = _packed_case(rng, Case(32, hw=(13, 9), stride=stride))
+    assert any(spec.padding)
+    holders = {k: te.placeholder(v.shape, name=k) for k, v in tensors.items()}
+    with host_target():
+        out = depthwise.compute(spec, holders["data"], holders["weight"], holders["bias"], None)
+        text = str(tvm.lower(depthwise.schedule([out]), [*holders.values(), out]))
+    assert "data_pad" not in text and "T.parallel" in text, text
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_nan_and_inf_propagate_as_in_the_reference(stride, rng):
+    """NaN and Inf in the input, at the border (next to the padding) and inside, and in the
+    weight: the kernel gives NaN, Inf and finite values where the float64 reference does."""
+    spec, tensors, args = _packed_case(rng, Case(16, hw=(9, 9), stride=stride, activation="none"))
+    data, weight = args[1], args[2]
+    data[0, 0, 0, 0], data[0, 8, 8, 1], data[0, 4, 4, 2] = np.nan, np.inf, -np.inf
+    weight[1, 1, 0, 3] = np.inf
+    tensors["data"] = data
+    tensors["weight"] = packing.pack_depthwise_hwio(weight, spec.lanes)
+    with np.errstate(invalid="ignore"):
+        want = reference(*args)
+    got = run(depthwise, spec, tensors)
+    assert np.isnan(want).any() and np.isinf(want).any()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isposinf(got), np.isposinf(want))
+    np.testing.assert_array_equal(np.isneginf(got), np.isneginf(want))
+    finite = np.isfinite(want)
+    assert np.abs(got[finite] - want[finite]).max() <= ERROR_BOUND * np.abs(want[finite]).max()
+
+
 def test_generic_kernel_computes_a_depthwise_conv(rng):
     """The fallback (other targets, C not a multiple of 4), on the HWIO ``[Kh, Kw, 1, C]``
     weight."""
