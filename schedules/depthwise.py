@@ -12,12 +12,7 @@ Wo tiles, then channel vectors, so a tile's input rows stay in L1 across the cha
 The weight arrives packed ``[C/VL, Kh, Kw, VL]`` (``OHW{VL}o``, ``schedules.packing``), each
 channel vector's taps contiguous; VL is the widest of the target's vector, its half or its
 quarter that divides C (``packing.depthwise_lanes``), since the data has exactly C channels.
-A padded conv reads its input in place, a tap off the map reading 0 through a bound test (the
-pad inlined): a pass writing a padded copy first, as the direct kernel has, doubled the memory
-traffic of this memory-bound kernel. Measured on emeraldrapids (AVX-512, 2 threads, conv + BN
-+ ReLU, the kernel alone, 9 interleaved rounds), the copy against the bound test: 112x112x96
-stride 2 0.400 against 0.142 ms, 56x56x144 stride 2 0.076 against 0.022, 56x56x144 0.156
-against 0.085, 112x112x32 0.114 against 0.062, 14x14x576 0.041 against 0.020. ``owb`` is the
+A padded conv pads its whole input up front in a parallel pass split by rows. ``owb`` is the
 tile width of Wo with the fewest computed-and-dropped columns (:func:`tile_width`); it is not a
 tuning knob: at 9 FMAs a pixel the tile hardly matters (owb 4-16 within ~10 % on Zen 4), the
 memory traffic does.
@@ -32,7 +27,7 @@ from tvm import te
 
 from ..spec import KernelSpec
 from .epilogue import apply_epilogue
-from .te_utils import find_tagged, inline_all_but, pad_for_tiles
+from .te_utils import find_tagged, inline_all_but, pad_for_tiles, pad_rows_in_parallel
 
 NAME = "depthwise_conv2d_nhwc_fused.x86"
 #: Tag of the conv stage, by which the schedule finds it.
@@ -104,6 +99,6 @@ def schedule(outs):
     s[conv].vectorize(channel_lane)
     pad = conv.op.input_tensors[0]
     if pad.op.name == "data_pad":
-        s[pad].compute_inline()
+        pad_rows_in_parallel(s, pad)
     return s
 
