@@ -140,6 +140,19 @@ def _packed_case(rng, case):
 
 
 @pytest.mark.parametrize("stride", [1, 2])
+def test_strided_kernel_reads_the_input_in_place(stride, rng):
+    """A padded strided conv allocates no padded copy (``depthwise.reads_in_place``): its taps
+    test their bounds; at stride 1 the copy stays."""
+    spec, tensors, _ = _packed_case(rng, Case(32, hw=(13, 9), stride=stride))
+    holders = {k: te.placeholder(v.shape, name=k) for k, v in tensors.items()}
+    with host_target():
+        out = depthwise.compute(spec, holders["data"], holders["weight"], holders["bias"], None)
+        text = str(tvm.lower(depthwise.schedule([out]), [*holders.values(), out]))
+    assert depthwise.reads_in_place(spec) == (stride == 2)
+    assert ("data_pad" in text) == (stride == 1), text
+
+
+@pytest.mark.parametrize("stride", [1, 2])
 def test_nan_and_inf_propagate_as_in_the_reference(stride, rng):
     """NaN and Inf in the input, at the border (next to the padding) and inside, and in the
     weight, in a corner tap (which multiplies the padding: 0 x NaN and 0 x Inf are NaN, so the
