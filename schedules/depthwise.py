@@ -64,21 +64,20 @@ def compute(spec: KernelSpec, data, weight, bias, residual):
     lanes, channels = spec.lanes, spec.out_channels
     (sh, sw), (dh, dw) = spec.strides, spec.dilation
     wo_pad = -(-wo // tile_width(wo)) * tile_width(wo)
-    in_place = reads_in_place(spec)
-    if not in_place:  # the last tile's columns past Wo: padded for, or read again (clamp)
+    if reads_in_place(spec):  # the last tile's columns past Wo fail the bound test too
+        (top, left), clamp, product = spec.padding[:2], False, _tap_product
+    else:  # the last tile's columns past Wo: padded for, or read again from column Wo-1 (clamp)
         data, clamp = pad_for_tiles(data, spec, wo_pad)
-    top, left = spec.padding[:2] if in_place else (0, 0)
+        (top, left), product = (0, 0), _copy_product
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
 
     def element(b, y, x, c):
-        if not in_place and clamp:
+        if clamp:
             x = te.min(x, wo - 1)
         row, col = y * sh + ry * dh - top, x * sw + rx * dw - left
         tap = weight[c // lanes, ry, rx, c % lanes]
-        if in_place:
-            return te.sum(_tap_product(data, b, row, col, c, tap), axis=[ry, rx])
-        return te.sum(data[b, row, col, c] * tap, axis=[ry, rx])
+        return te.sum(product(data, b, row, col, c, tap), axis=[ry, rx])
 
     conv = te.compute((n, ho, wo_pad, channels), element, name="conv", tag=CONV_TAG)
     acc = te.compute((n, ho, wo, channels), lambda *i: conv(*i), name="acc")
@@ -91,6 +90,11 @@ def reads_in_place(spec: KernelSpec) -> bool:
     output of a quarter its size. At stride 1 the copy is the faster (see the module
     docstring)."""
     return any(spec.padding) and max(spec.strides) > 1
+
+
+def _copy_product(data, b, row, col, c, tap):
+    """``data[b, row, col, c] * tap`` on an input that needs no bound test (padded or valid)."""
+    return data[b, row, col, c] * tap
 
 
 def _tap_product(data, b, row, col, c, tap):

@@ -38,11 +38,10 @@ def _direct(spec: KernelSpec, co_blocks_first: bool) -> str:
 
 
 def _winograd(spec: KernelSpec, cores: int) -> str:
-    cores = cores or winograd_tiling.DEFAULT_CORES
     plan = winograd_tiling.plan_for_spec(spec, cores)
     co_vectors = spec.weight.shape[1]
     chunk, tile_co = winograd_tiling.chunk_and_tile_co(co_vectors, plan.co_chunks, plan.tile_co)
-    tile_rows = -(-spec.out_hw[0] // spec.winograd_tile)
+    tile_rows, _ = winograd_tiling.tile_grid(spec)
     blocks = spec.data.shape[0] * -(-tile_rows // plan.block_rows) * plan.co_chunks
     where = "up front, shared by the blocks" if plan.v_root else "in each block"
     return (

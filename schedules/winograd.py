@@ -107,9 +107,10 @@ def _transformed_weight(spec: KernelSpec, weight):
     return te.placeholder(spec.weight.shape, spec.weight.dtype, name="weight_winograd")
 
 
-def _define_knobs(cfg, nh, nw, co_vectors, lanes):
+def _define_knobs(cfg, spec: KernelSpec):
     """tile_p x tile_co: the register tile (tiles of a block x Co vectors); block_rows,
     co_chunks: the parallel block (tile rows x a chunk of Co vectors)."""
+    (nh, _), co_vectors = winograd_tiling.tile_grid(spec), spec.weight.shape[1]
     cfg.define_knob("tile_p", list(range(1, winograd_tiling.MAX_TILE_P + 1)))
     cfg.define_knob(
         "tile_co", [d for d in range(1, winograd_tiling.MAX_TILE_CO + 1) if co_vectors % d == 0]
@@ -120,9 +121,7 @@ def _define_knobs(cfg, nh, nw, co_vectors, lanes):
     if cfg.is_fallback:
         target = tvm.target.Target.current(allow_none=True)
         cores = int(target.attrs.get("num-cores", 0)) if target is not None else 0
-        plan = winograd_tiling.choose_plan(
-            lanes, nh, nw, co_vectors, cores or winograd_tiling.DEFAULT_CORES
-        )
+        plan = winograd_tiling.plan_for_spec(spec, cores)
         for knob in ("tile_p", "tile_co", "block_rows", "co_chunks", "v_root"):
             cfg[knob] = OtherOptionEntity(getattr(plan, knob))
 
@@ -152,8 +151,7 @@ def conv2d_nhwc_winograd_x86(
 
 def _kernel(cfg, spec: KernelSpec, data, weight, bias, residual):
     """TE of the Winograd kernel (``schedules.winograd_te``) with the knobs of ``cfg``."""
-    m, (ho, wo) = spec.winograd_tile, spec.out_hw
-    _define_knobs(cfg, -(-ho // m), -(-wo // m), spec.weight.shape[1], spec.lanes)
+    _define_knobs(cfg, spec)
     block_rows, tile_p = cfg["block_rows"].val, cfg["tile_p"].val
     return winograd_te.compute(spec, data, weight, bias, residual, block_rows, tile_p)
 

@@ -32,6 +32,7 @@ from tvm import te, topi
 
 from ..spec import KernelSpec
 from .epilogue import apply_epilogue
+from .winograd_tiling import tile_grid
 from .winograd_weights import point_index, points, tap_index, transform_matrices, weight_rows
 
 GEMM_TAG = "conv2d_nhwc_winograd_gemm"
@@ -56,9 +57,10 @@ class Grid:
     m x m reads an ``alpha x alpha`` input tile, ``m * stride`` pixels from its neighbours'."""
 
     def __init__(self, spec: KernelSpec, rows: int, tile_p: int):
-        (ho, wo), m = spec.out_hw, spec.winograd_tile
+        m = spec.winograd_tile
         self.stride, self.alpha = spec.strides[0], points(m, spec.strides[0])
-        self.m, self.nh, self.nw, self.rows = m, -(-ho // m), -(-wo // m), rows
+        self.m, self.rows = m, rows
+        self.nh, self.nw = tile_grid(spec)
         self.blocks = -(-self.nh // self.rows)
         self.per_block = -(-(self.rows * self.nw) // tile_p) * tile_p
 

@@ -76,12 +76,17 @@ def choose_plan(lanes: int, nh: int, nw: int, co_vectors: int, cores: int = DEFA
     return Plan(tile_p, tile_co, block_rows, co_chunks, v_root=int(co_chunks > 1))
 
 
+def tile_grid(spec) -> tuple[int, int]:
+    """The output tiles of a Winograd ``spec`` (a ``KernelSpec``), rows x columns: m x m each,
+    the last ones overhanging the output."""
+    m, (ho, wo) = spec.winograd_tile, spec.out_hw
+    return -(-ho // m), -(-wo // m)
+
+
 def plan_for_spec(spec, cores: int = 0) -> Plan:
     """The plan for a Winograd ``spec`` (a ``KernelSpec`` whose weight is transformed) on
     ``cores`` cores (0: ``DEFAULT_CORES``): the kernel's tile grid and Co vectors."""
-    m, (ho, wo) = spec.winograd_tile, spec.out_hw
-    grid = (-(-ho // m), -(-wo // m))
-    return choose_plan(spec.lanes, *grid, spec.weight.shape[1], cores or DEFAULT_CORES)
+    return choose_plan(spec.lanes, *tile_grid(spec), spec.weight.shape[1], cores or DEFAULT_CORES)
 
 
 def chunk_and_tile_co(co_vectors: int, co_chunks: int, tile_co: int) -> tuple[int, int]:
