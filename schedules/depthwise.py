@@ -12,13 +12,18 @@ Wo tiles, then channel vectors, so a tile's input rows stay in L1 across the cha
 The weight arrives packed ``[C/VL, Kh, Kw, VL]`` (``OHW{VL}o``, ``schedules.packing``), each
 channel vector's taps contiguous; VL is the widest of the target's vector, its half or its
 quarter that divides C (``packing.depthwise_lanes``), since the data has exactly C channels.
-A padded strided conv reads its input in place, each tap testing its bounds (:func:`_tap_product`);
-other padded convs pad their whole input up front in a parallel pass split by rows. On
-emeraldrapids (2 threads, kernels alone, 9 interleaved rounds) the copy against the bound test:
-112x112x96 stride 2 0.280 against 0.128 ms, 56x56x144 stride 2 0.056 against 0.024 (the copy writes
-the whole input for an output a quarter its size); at stride 1 the bound test, which then also
-tests each weight for the padding's sake, took 56x56x144 0.217 against 0.109 and 112x112x32 0.178
-against 0.084. MobileNet-v2 ran in 0.938x the time (interleaved with ONNX Runtime, 21 rounds).
+A padded conv reads its input in place, each tap testing its bounds (:func:`_tap_product`),
+where that is the faster: at stride 2, and at stride 1 when the graph half found the weight
+finite (``KernelSpec.finite_weight``); otherwise it pads its whole input up front in a parallel
+pass split by rows. Off the map a tap's product is 0 x w, which is 0 for a finite weight and NaN
+otherwise; a weight not known finite needs a test of each tap's weight, which at stride 1 costs
+more than the copy. On emeraldrapids (2 threads, kernels alone, 9 interleaved rounds) the copy
+against the bound test: 112x112x96 stride 2 0.280 against 0.128 ms, 56x56x144 stride 2 0.056
+against 0.024 (the copy writes the whole input for an output a quarter its size); at stride 1, a
+finite weight: 56x56x144 0.096 against 0.041, 112x112x32 0.074 against 0.037, 14x14x576 0.030
+against 0.011; with the weight test instead, 56x56x144 0.217 against 0.109 for the copy.
+MobileNet-v2 ran in 0.938x the time with its strided convs in place, then 0.90-0.92x that with the
+stride-1 ones too (interleaved with ONNX Runtime, 21 rounds).
 ``owb`` is the tile width of Wo with the fewest computed-and-dropped columns (:func:`tile_width`);
 it is not a tuning knob: at 9 FMAs a pixel the tile hardly matters (owb 4-16 within ~10 % on Zen
 4), the memory traffic does.
@@ -65,7 +70,8 @@ def compute(spec: KernelSpec, data, weight, bias, residual):
     (sh, sw), (dh, dw) = spec.strides, spec.dilation
     wo_pad = -(-wo // tile_width(wo)) * tile_width(wo)
     if reads_in_place(spec):  # the last tile's columns past Wo fail the bound test too
-        (top, left), clamp, product = spec.padding[:2], False, _tap_product
+        (top, left), clamp = spec.padding[:2], False
+        product = _finite_tap_product if spec.finite_weight else _tap_product
     else:  # the last tile's columns past Wo: padded for, or read again from column Wo-1 (clamp)
         data, clamp = pad_for_tiles(data, spec, wo_pad)
         (top, left), product = (0, 0), _copy_product
@@ -87,9 +93,9 @@ def compute(spec: KernelSpec, data, weight, bias, residual):
 def reads_in_place(spec: KernelSpec) -> bool:
     """Whether the kernel of ``spec`` reads its padded input in place (:func:`_tap_product`)
     rather than from a padded copy: strided convs, whose copy writes the whole input for an
-    output of a quarter its size. At stride 1 the copy is the faster (see the module
-    docstring)."""
-    return any(spec.padding) and max(spec.strides) > 1
+    output of a quarter its size, and convs of a weight known finite. At stride 1 the copy is
+    faster than testing each tap's weight (see the module docstring)."""
+    return any(spec.padding) and (max(spec.strides) > 1 or spec.finite_weight)
 
 
 def _copy_product(data, b, row, col, c, tap):
@@ -102,12 +108,22 @@ def _tap_product(data, b, row, col, c, tap):
     map the product is 0 x ``tap``, written as 0 for a finite tap and NaN otherwise, for TVM's
     simplifier folds ``0 * tap`` to 0 where it proves a tap off the map, which would drop a
     non-finite weight's NaN."""
-    _, h, w, _ = data.shape
-    inside = tvm.tir.all(row >= 0, row < h, col >= 0, col < w)
     zero_times_tap = tvm.tir.Select(
         te.isfinite(tap), tvm.tir.const(0, tap.dtype), tvm.tir.const(float("nan"), tap.dtype)
     )
-    return te.if_then_else(inside, data[b, row, col, c] * tap, zero_times_tap)
+    return _bounded_product(data, b, row, col, c, tap, zero_times_tap)
+
+
+def _finite_tap_product(data, b, row, col, c, tap):
+    """:func:`_tap_product` of a finite ``tap`` (``KernelSpec.finite_weight``): 0 off the map."""
+    return _bounded_product(data, b, row, col, c, tap, tvm.tir.const(0, tap.dtype))
+
+
+def _bounded_product(data, b, row, col, c, tap, off_map):
+    """``data[b, row, col, c] * tap`` where (row, col) is on the map, else ``off_map``."""
+    _, h, w, _ = data.shape
+    inside = tvm.tir.all(row >= 0, row < h, col >= 0, col < w)
+    return te.if_then_else(inside, data[b, row, col, c] * tap, off_map)
 
 
 def schedule(outs):

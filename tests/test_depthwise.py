@@ -139,32 +139,47 @@ def _packed_case(rng, case):
     return spec, tensors, (case, data, weight, bias, None)
 
 
+@pytest.mark.parametrize("finite_weight", [False, True])
 @pytest.mark.parametrize("stride", [1, 2])
-def test_strided_kernel_reads_the_input_in_place(stride, rng):
-    """A padded strided conv allocates no padded copy (``depthwise.reads_in_place``): its taps
-    test their bounds; at stride 1 the copy stays."""
+def test_kernel_reads_the_input_in_place_when_strided_or_finite(stride, finite_weight, rng):
+    """A padded strided conv, or one whose weight the graph half found finite, allocates no
+    padded copy (``depthwise.reads_in_place``): its taps test their bounds. At stride 1 with a
+    weight not known finite the copy stays."""
     spec, tensors, _ = _packed_case(rng, Case(32, hw=(13, 9), stride=stride))
+    spec = dataclasses.replace(spec, finite_weight=finite_weight)
     holders = {k: te.placeholder(v.shape, name=k) for k, v in tensors.items()}
     with host_target():
         out = depthwise.compute(spec, holders["data"], holders["weight"], holders["bias"], None)
         text = str(tvm.lower(depthwise.schedule([out]), [*holders.values(), out]))
-    assert depthwise.reads_in_place(spec) == (stride == 2)
-    assert ("data_pad" in text) == (stride == 1), text
+    in_place = stride == 2 or finite_weight
+    assert depthwise.reads_in_place(spec) == in_place
+    assert ("data_pad" in text) != in_place, text
+    assert ("isnan(weight" in text) == (in_place and not finite_weight), text  # the tap test
 
 
-@pytest.mark.parametrize("stride", [1, 2])
-def test_nan_and_inf_propagate_as_in_the_reference(stride, rng):
-    """NaN and Inf in the input, at the border (next to the padding) and inside, and in the
-    weight, in a corner tap (which multiplies the padding: 0 x NaN and 0 x Inf are NaN, so the
-    padding must be multiplied, not skipped; TVM's simplifier folds ``0 * w`` to 0, which an
-    inlined pad exposes) and the centre one: the kernel gives NaN, Inf and finite values where
-    the float64 reference does."""
+def _with_nan_and_inf(rng, stride, in_weight):
+    """A packed case with NaN and Inf in the input, at the border (next to the padding) and
+    inside, and, when ``in_weight``, in the weight's corner taps (which multiply the padding:
+    0 x NaN and 0 x Inf are NaN) and its centre one; without them the spec says the weight is
+    finite, as the graph half would."""
     spec, tensors, args = _packed_case(rng, Case(16, hw=(9, 9), stride=stride, activation="none"))
     data, weight = args[1], args[2]
     data[0, 0, 0, 0], data[0, 8, 8, 1], data[0, 4, 4, 2] = np.nan, np.inf, -np.inf
-    weight[1, 1, 0, 3], weight[0, 0, 0, 5], weight[2, 2, 0, 6] = np.inf, np.nan, -np.inf
+    if in_weight:
+        weight[1, 1, 0, 3], weight[0, 0, 0, 5], weight[2, 2, 0, 6] = np.inf, np.nan, -np.inf
     tensors["data"] = data
     tensors["weight"] = packing.pack_depthwise_hwio(weight, spec.lanes)
+    return dataclasses.replace(spec, finite_weight=not in_weight), tensors, args
+
+
+@pytest.mark.parametrize("in_weight", [True, False], ids=["in_weight", "finite_weight"])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_nan_and_inf_propagate_as_in_the_reference(stride, in_weight, rng):
+    """The kernel gives NaN, Inf and finite values where the float64 reference does, whether
+    the non-finite values are in the input only (a weight known finite: the padding's products
+    are dropped) or in the weight too (they are not: TVM's simplifier folds ``0 * w`` to 0 where
+    it proves a tap off the map, which an inlined pad exposes)."""
+    spec, tensors, args = _with_nan_and_inf(rng, stride, in_weight)
     with np.errstate(invalid="ignore"):
         want = reference(*args)
     got = run(depthwise, spec, tensors)
@@ -258,13 +273,15 @@ def mobilenet_block(channels=32, expand=96, stride=2, unbound=False):
     return tvm.IRModule.from_expr(func), params, inputs
 
 
-def test_mobilenet_block_fuses_every_conv_and_matches_stock():
-    mod, params, inputs = mobilenet_block()
+@pytest.mark.parametrize("stride", [1, 2])
+def test_mobilenet_block_fuses_every_conv_and_matches_stock(stride):
+    """Its depthwise weight, folded with its BN, is a constant the graph half marks finite."""
+    mod, params, inputs = mobilenet_block(stride=stride)
     specs = tvm_fuse.describe(tvm_fuse.optimize(mod, params))
-    assert [(s.ops, s.algorithm_name) for s in specs] == [
-        (("conv2d", "bias", "relu6"), "direct"),
-        (("depthwise_conv2d", "bias", "relu6"), "depthwise"),
-        (("conv2d", "bias"), "direct"),
+    assert [(s.ops, s.algorithm_name, s.finite_weight) for s in specs] == [
+        (("conv2d", "bias", "relu6"), "direct", False),
+        (("depthwise_conv2d", "bias", "relu6"), "depthwise", True),
+        (("conv2d", "bias"), "direct", False),
     ]
     got = testing.run(tvm_fuse.build(mod, params), inputs)
     ref = testing.run(testing.build_stock(mod, params), inputs)
@@ -275,8 +292,8 @@ def test_an_unbound_depthwise_weight_is_packed_in_the_graph():
     """A weight that is a model input: reshaped and packed by Relay ops at every run."""
     mod, params, inputs = mobilenet_block(unbound=True)
     specs = tvm_fuse.describe(tvm_fuse.optimize(mod, params))
-    layouts = [s.weight.layout for s in specs if s.depthwise]
-    assert len(layouts) == 2 and all(layout.startswith("OHW") for layout in layouts)
+    layouts = [(s.weight.layout[:3], s.finite_weight) for s in specs if s.depthwise]
+    assert layouts == [("OHW", True), ("OHW", False)]  # the free weight's values are unknown
     got = testing.run(tvm_fuse.build(mod, params), inputs)
     ref = testing.run(testing.build_stock(mod, params), inputs)
     testing.assert_close(got, ref, 1e-5)

@@ -95,16 +95,20 @@ def test_epilogue_on_nan_and_inf_matches_stock(activation, path):
         assert np.isnan(ref).any() and np.isposinf(ref).any() and np.isneginf(ref).any()
 
 
+@pytest.mark.parametrize("weight_specials", [True, False], ids=["weight", "finite_weight"])
 @pytest.mark.parametrize("activation", ["none", "relu", "relu6"])
-def test_depthwise_kernel_on_nan_and_inf_matches_stock(activation):
-    """The depthwise kernel: channel 1's filter NaN, channel 2's +Inf in one tap, specials in
-    the data and the residual; the output as stock TVM's unfused depthwise conv gives it."""
+def test_depthwise_kernel_on_nan_and_inf_matches_stock(activation, weight_specials):
+    """The depthwise kernel: channel 1's filter NaN, channel 2's +Inf in one tap (or a finite
+    weight, which the graph half marks finite and the kernel then reads its input in place),
+    specials in the data and the residual; the output as stock TVM's unfused depthwise conv
+    gives it."""
     data_shape, channels = (1, 16, 8, 8), 16
     mod = _graph(activation, data_shape, channels, 3, groups=channels)
     rng = np.random.default_rng(0)
     last, mid = data_shape[2] - 1, data_shape[2] // 2
+    weight_spots = [(1, 0, 0, 0), (2, 0, 1, 1)] if weight_specials else []
     params = {
-        "weight": _specials(rng, (channels, 1, 3, 3), [(1, 0, 0, 0), (2, 0, 1, 1)]),
+        "weight": _specials(rng, (channels, 1, 3, 3), weight_spots),
         "bias": rng.standard_normal(channels).astype("float32"),
     }
     inputs = {
@@ -115,6 +119,7 @@ def test_depthwise_kernel_on_nan_and_inf_matches_stock(activation):
     }
     (spec,) = tvm_fuse.describe(tvm_fuse.optimize(mod, params))
     assert spec.depthwise and spec.activation == activation and "add" in spec.ops
+    assert spec.finite_weight != weight_specials
     assert strategy.fast_path_refusal(spec, tvm_fuse.host_target()) is None
     (ref,) = testing.run(testing.build_stock(mod, params), inputs)
     (got,) = testing.run(tvm_fuse.build(mod, params), inputs)

@@ -107,8 +107,10 @@ class KernelSpec:
     after the bias (a ResNet shortcut), or None. ``algorithm`` is "direct" or "winograd";
     ``winograd_tile`` is m of F(m x m, 3 x 3) for "winograd", else 0. ``groups`` is 1, or C for a
     depthwise conv (groups == Ci == Co: one filter per channel; its HWIO weight is ``[Kh, Kw,
-    1, C]``); other grouped convs are not fused. Grow or change a spec with
-    ``dataclasses.replace``.
+    1, C]``); other grouped convs are not fused. ``finite_weight`` says the graph half saw the
+    weight's values, a constant with no NaN or Inf, so a kernel may take 0 x weight as 0 (the
+    padding's products); ``PackWeights`` sets it where a kernel reads it (the depthwise one).
+    Grow or change a spec with ``dataclasses.replace``.
     """
 
     data: TensorSpec
@@ -124,6 +126,7 @@ class KernelSpec:
     algorithm: str = "direct"
     winograd_tile: int = 0
     groups: int = 1
+    finite_weight: bool = False
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:
@@ -146,6 +149,7 @@ class KernelSpec:
         object.__setattr__(self, "alpha", float(self.alpha))
         object.__setattr__(self, "winograd_tile", int(self.winograd_tile))
         object.__setattr__(self, "groups", int(self.groups))
+        object.__setattr__(self, "finite_weight", bool(self.finite_weight))
         if self.groups != 1 and not self.depthwise:
             raise ValueError(
                 f"KernelSpec: groups={self.groups} with {self.in_channels} input and "

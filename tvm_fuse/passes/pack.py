@@ -13,6 +13,11 @@ transpose, or Winograd's ``G g G^T``), which
 stay in the graph until ``relay.build`` binds the params and folds them (at its opt_level 2 and
 up; below that they run with the model). Either way no ``opt_level`` can skip the packing.
 
+A depthwise call's constant weight is also checked for NaN and Inf: the spec records a finite one
+(``KernelSpec.finite_weight``), which lets the depthwise kernel read its padded input in place at
+stride 1 too (``schedules.depthwise``). Only the depthwise kernel reads the fact, so only its specs
+carry it; a weight that is still a variable is not known finite.
+
 The target is the one given, else ``tvm.target.Target.current()`` when the pass runs, else the
 host (``tvm_fuse.host_target()``). A call whose weight is already in the wanted layout is left
 as it is, so the pass is idempotent. It refuses nothing: calls the kernel half does not want
@@ -20,6 +25,8 @@ packed keep their HWIO weight.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import tvm
@@ -88,6 +95,9 @@ class _Packer(DFPatternCallback):
         if wanted.weight == spec.weight:
             return rebuilt
         args = fused_op.call_arguments(rebuilt)
+        if wanted.depthwise and isinstance(args["weight"], relay.Constant):
+            finite = bool(np.isfinite(args["weight"].data.numpy()).all())
+            wanted = dataclasses.replace(wanted, finite_weight=finite)
         args["weight"] = packed_weight_expr(args["weight"], spec, wanted)
         return fused_op.fused_call(wanted, **args)
 
