@@ -151,7 +151,10 @@ def test_resnet18_layout_transforms_only_at_entry_and_exit(resnet18):
 def test_resnet18_every_conv_is_fused(resnet18):
     _, _, optimized = resnet18
     specs = tvm_fuse.describe(optimized)
-    assert count_ops(optimized)["nn.conv2d"] == 0 and len(specs) == 21
+    assert count_ops(optimized)["nn.conv2d"] == 0 and len(specs) == 22
+    # the last kernel is the classifier's dense layer (passes/dense.py), its bias fused
+    assert count_ops(optimized)["nn.dense"] == 0
+    assert specs[-1].ops == ("conv2d", "bias") and specs[-1].data.shape == (1, 1, 1, 512)
     # relay.testing's ResNet v2: BN-relu precede the convs; the shortcut adds fuse as residuals
     assert sum("add" in spec.ops for spec in specs) >= 7
 

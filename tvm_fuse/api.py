@@ -26,6 +26,7 @@ from .errors import UserError
 from .params import BindParams, WarnComputedWeights, bind_main, require_no_free_vars
 from .passes.algorithm import ChooseAlgorithm
 from .passes.bias import FlattenChannelBias
+from .passes.dense import DenseAsConv
 from .passes.entry import ReadNCHWInput
 from .passes.fold_bn import FoldBatchNorm
 from .passes.fuse import FuseConvBiasAct
@@ -46,6 +47,7 @@ def passes(target=None, algorithm="auto", precision="default") -> list[tvm.trans
         FoldBatchNorm(),
         ConvertLayoutNHWC(),
         relay.transform.FoldConstant(),
+        DenseAsConv(target),
         FlattenChannelBias(),
         FuseConvBiasAct(),
         ChooseAlgorithm(target, algorithm, precision),

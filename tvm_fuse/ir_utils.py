@@ -37,6 +37,15 @@ def use_counts(expr: relay.Expr) -> collections.Counter:
     return counts
 
 
+def static_shape(ty) -> tuple[int, ...] | None:
+    """The shape of a tensor type whose dimensions are all known, else None."""
+    if not isinstance(ty, relay.TensorType):
+        return None
+    if not all(isinstance(d, tvm.tir.IntImm) for d in ty.shape):
+        return None
+    return tuple(int(d) for d in ty.shape)
+
+
 def count_ops(mod) -> collections.Counter:
     """Op name -> number of calls, over every Relay function of an IRModule (or one expression)."""
     exprs = relay_functions(mod).values() if isinstance(mod, tvm.IRModule) else [mod]

@@ -30,16 +30,8 @@ from tvm import relay
 from tvm.relay.dataflow_pattern import CallPattern, DFPatternCallback, is_op, wildcard
 
 from .. import op as fused_op
-from ..ir_utils import is_primitive, relay_functions, use_counts
+from ..ir_utils import is_primitive, relay_functions, static_shape, use_counts
 from ..spec import ACTIVATIONS, KernelSpec
-
-
-def _static_shape(ty):
-    if not isinstance(ty, relay.TensorType):
-        return None
-    if not all(isinstance(d, tvm.tir.IntImm) for d in ty.shape):
-        return None
-    return tuple(int(d) for d in ty.shape)
 
 
 # -- the pattern --------------------------------------------------------------------------------
@@ -83,7 +75,7 @@ def conv_refusal(conv: relay.Call) -> str | None:
             f"layout {'/'.join(layouts)}: the fused kernel takes NHWC data and HWIO weights "
             "(HWOI for a depthwise conv)"
         )
-    if _static_shape(data) is None or _static_shape(weight) is None:
+    if static_shape(data) is None or static_shape(weight) is None:
         return "dynamic shape: the fused kernel needs static shapes"
     return None
 
@@ -108,12 +100,12 @@ def _conv_spec(conv: relay.Call) -> KernelSpec:
     ``[Kh, Kw, C, 1]`` read as the HWIO ``[Kh, Kw, 1, C]``: the same values in the same order)."""
     attrs = conv.attrs
     padding = [int(p) for p in attrs.padding]
-    kh, kw, *_ = weight_shape = _static_shape(conv.args[1].checked_type)
+    kh, kw, *_ = weight_shape = static_shape(conv.args[1].checked_type)
     groups = int(attrs.groups)
     if groups != 1:
         weight_shape = (kh, kw, 1, groups)
     return KernelSpec.conv(
-        _static_shape(conv.args[0].checked_type),
+        static_shape(conv.args[0].checked_type),
         weight_shape,
         attrs.strides,
         padding * 2 if len(padding) == 2 else padding,
@@ -189,7 +181,7 @@ def _absorb_bias(fuser, step, fused):
 def _per_channel(expr, ty, channels):
     """``expr`` (of type ``ty``) as a [C] bias, or None: a [C] tensor, or a constant of shape
     [1,1,1,C]."""
-    shape = _static_shape(ty)
+    shape = static_shape(ty)
     if ty.dtype != "float32" or shape is None:
         return None
     if shape == (channels,):
@@ -207,7 +199,7 @@ def _absorb_residual(fuser, step, fused):
     if isinstance(spec, str):
         return spec
     ty = step.pre.args[step.other()].checked_type
-    if _static_shape(ty) != spec.out.shape or ty.dtype != spec.out.dtype:
+    if static_shape(ty) != spec.out.shape or ty.dtype != spec.out.dtype:
         return f"the addend {ty} is not of the output's type"
     return _grown(fused, spec, residual=step.post.args[step.other()])
 

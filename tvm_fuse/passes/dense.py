@@ -1,0 +1,104 @@
+"""DenseAsConv: a dense layer with a constant weight becomes a 1x1 conv the fused kernel runs.
+
+Where it sits: in ``tvm_fuse.pipeline()`` after ``ConvertLayoutNHWC`` and ``FoldConstant`` (so a
+bound weight is a constant), before ``FuseConvBiasAct``. A dense layer ``x [N, K] . W^T [K, M]``
+is a 1x1 conv of a map of N pixels by K channels into M; at batch 1 it is a matrix-vector
+product bound by streaming the weight, which the direct kernel does from its packed
+``OHWI{VL}o`` weight, split across the cores by output channels. Stock TVM's ``dense_pack`` took
+about twice ONNX Runtime's time on ResNet-50's 2048 -> 1000 classifier (see the README's
+"Dense layers"). It rewrites::
+
+    %0 = nn.dense(%x, <constant W [M, K]>)       # float32, %x: [N, K]
+    %1 = add(%0, %b)                              # or nn.bias_add(%0, %b); %b: [M] or [1, M];
+                                                  # optional
+    =>  reshape(add(nn.conv2d(reshape(%x, [1, 1, N, K]), <W^T as [1, 1, K, M]>,
+                              data_layout="NHWC", kernel_layout="HWIO"),
+                    reshape(%b, [M])), [N, M])
+
+which multiplies and adds the same numbers, so that the fusion pass fuses the conv and its bias
+into one kernel. The weight is transposed in NumPy. It leaves alone: a weight that is not a
+constant (unbound params: its values arrive too late to lay out here), other dtypes, and dense
+layers whose conv the fast kernel would refuse on the target (``strategy.fast_path_refusal``:
+there stock TVM's dense schedule is the better one).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relay
+from tvm.relay.dataflow_pattern import DFPatternCallback, is_constant, is_op, rewrite, wildcard
+
+from .. import strategy
+from ..ir_utils import rewrite_functions, static_shape
+from ..spec import KernelSpec
+from ..target import target_or_current
+
+
+def DenseAsConv(target=None) -> tvm.transform.Pass:  # pylint: disable=invalid-name  (pass style)
+    """Rewrite dense layers of constant weight as 1x1 NHWC convs (see the module docstring)."""
+
+    def transform(mod, _ctx):
+        for with_bias in (True, False):  # the bias first: the bare form would hide it
+            callback = _DenseCallback(target_or_current(target), with_bias)
+            mod = rewrite_functions(mod, lambda func, cb=callback: rewrite(cb, func))
+        return mod
+
+    return tvm.transform.module_pass(transform, opt_level=0, name="tvm_fuse.DenseAsConv")
+
+
+class _DenseCallback(DFPatternCallback):
+    """Matches a dense layer of constant weight, with a bias (``with_bias``) or without."""
+
+    def __init__(self, target, with_bias: bool):
+        super().__init__(require_type=True, rewrite_once=True)
+        self.target, self.with_bias = target, with_bias
+        self.data, self.weight, self.bias = wildcard(), is_constant(), wildcard()
+        self.dense = is_op("nn.dense")(self.data, self.weight)
+        added = is_op("add")(self.dense, self.bias) | is_op("nn.bias_add")(self.dense, self.bias)
+        self.pattern = added if with_bias else self.dense
+
+    def callback(self, pre, post, node_map):
+        data, weight = node_map[self.data][0], node_map[self.weight][0]
+        bias = node_map[self.bias][0] if self.with_bias else None
+        dense = node_map[self.dense][0]
+        units = _units(data, weight, dense, bias)
+        if post.op.name == "nn.bias_add" and post.attrs.axis not in (1, -1):
+            return post  # a bias per sample
+        if units is None or not self._fast(data, units):
+            return post
+        (n, k), m = _shape(data), units
+        hwio = np.ascontiguousarray(weight.data.numpy().T).reshape(1, 1, k, m)
+        conv = relay.nn.conv2d(
+            relay.reshape(data, [1, 1, n, k]), relay.const(hwio), channels=m, kernel_size=1,
+            data_layout="NHWC", kernel_layout="HWIO",
+        )
+        if bias is not None:
+            conv = relay.add(conv, relay.reshape(bias, [m]))
+        return relay.reshape(conv, [n, m])
+
+    def _fast(self, data, units: int) -> bool:
+        (n, k), m = _shape(data), units
+        spec = KernelSpec.conv((1, 1, n, k), (1, 1, k, m)).with_epilogue(self.with_bias)
+        return strategy.fast_path_refusal(spec, self.target) is None
+
+
+def _shape(expr) -> tuple[int, ...] | None:
+    return static_shape(expr.checked_type)
+
+
+def _units(data, weight, dense, bias) -> int | None:
+    """M of a float32 dense layer of 2-D ``data`` and a per-unit ``bias`` ([M] or [1, M], or
+    None), else None: the forms the rewrite takes."""
+    data_shape, weight_shape = _shape(data), _shape(weight)
+    if data_shape is None or weight_shape is None or len(data_shape) != 2:
+        return None
+    types = [data.checked_type.dtype, weight.checked_type.dtype, dense.checked_type.dtype]
+    if set(types) != {"float32"} or len(weight_shape) != 2 or weight_shape[1] != data_shape[1]:
+        return None
+    m = weight_shape[0]
+    if bias is not None:
+        bias_shape = _shape(bias)
+        if bias_shape not in ((m,), (1, m)) or bias.checked_type.dtype != "float32":
+            return None
+    return m
