@@ -26,7 +26,7 @@ def test_mobilenet_v2_fuses_every_conv_and_matches_onnxruntime(tmp_path):
     specs = tvm_fuse.describe(tvm_fuse.optimize(mod, params))
     kinds = [(s.algorithm_name, s.activation) for s in specs]
     assert kinds.count(("depthwise", "relu6")) == 17  # one per inverted residual block
-    assert len(specs) == 52  # every conv: 17 depthwise, 35 direct
+    assert len(specs) == 53  # every conv (17 depthwise, 35 direct) and the classifier
     (got,) = testing.run(tvm_fuse.build(mod, params), {"data": data})
     testing.assert_close([got], [expected], rtol=1e-4)
 

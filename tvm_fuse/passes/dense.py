@@ -8,18 +8,20 @@ product bound by streaming the weight, which the direct kernel does from its pac
 about twice ONNX Runtime's time on ResNet-50's 2048 -> 1000 classifier (see the README's
 "Dense layers"). It rewrites::
 
-    %0 = nn.dense(%x, <constant W [M, K]>)       # float32, %x: [N, K]
+    %0 = nn.dense(%x, %W)                        # float32, %x: [N, K], %W: [M, K]
     %1 = add(%0, %b)                              # or nn.bias_add(%0, %b); %b: [M] or [1, M];
                                                   # optional
-    =>  reshape(add(nn.conv2d(reshape(%x, [1, 1, N, K]), <W^T as [1, 1, K, M]>,
+    =>  reshape(add(nn.conv2d(reshape(%x, [1, 1, N, K]), <%W^T as [1, 1, K, M]>,
                               data_layout="NHWC", kernel_layout="HWIO"),
                     reshape(%b, [M])), [N, M])
 
 which multiplies and adds the same numbers, so that the fusion pass fuses the conv and its bias
-into one kernel. The weight is transposed in NumPy. It leaves alone: a weight that is not a
-constant (unbound params: its values arrive too late to lay out here), other dtypes, and dense
-layers whose conv the fast kernel would refuse on the target (``strategy.fast_path_refusal``:
-there stock TVM's dense schedule is the better one).
+into one kernel. A constant weight is transposed in NumPy; one that is still a variable (params
+given to ``relay.build`` only) by Relay ops, which ``relay.build`` folds once it binds the
+params, as ``PackWeights`` does for a conv's, so the kernels are the same bound or not. It leaves
+alone other dtypes, and dense layers whose conv the fast kernel would refuse on the target
+(``strategy.fast_path_refusal``, e.g. a tiny output: there stock TVM's dense schedule is the
+better one).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 import tvm
 from tvm import relay
-from tvm.relay.dataflow_pattern import DFPatternCallback, is_constant, is_op, rewrite, wildcard
+from tvm.relay.dataflow_pattern import DFPatternCallback, is_op, rewrite, wildcard
 
 from .. import strategy
 from ..ir_utils import rewrite_functions, static_shape
@@ -36,7 +38,7 @@ from ..target import target_or_current
 
 
 def DenseAsConv(target=None) -> tvm.transform.Pass:  # pylint: disable=invalid-name  (pass style)
-    """Rewrite dense layers of constant weight as 1x1 NHWC convs (see the module docstring)."""
+    """Rewrite dense layers as 1x1 NHWC convs (see the module docstring)."""
 
     def transform(mod, _ctx):
         for with_bias in (True, False):  # the bias first: the bare form would hide it
@@ -48,12 +50,12 @@ def DenseAsConv(target=None) -> tvm.transform.Pass:  # pylint: disable=invalid-n
 
 
 class _DenseCallback(DFPatternCallback):
-    """Matches a dense layer of constant weight, with a bias (``with_bias``) or without."""
+    """Matches a dense layer, with a bias (``with_bias``) or without."""
 
     def __init__(self, target, with_bias: bool):
         super().__init__(require_type=True, rewrite_once=True)
         self.target, self.with_bias = target, with_bias
-        self.data, self.weight, self.bias = wildcard(), is_constant(), wildcard()
+        self.data, self.weight, self.bias = wildcard(), wildcard(), wildcard()
         self.dense = is_op("nn.dense")(self.data, self.weight)
         added = is_op("add")(self.dense, self.bias) | is_op("nn.bias_add")(self.dense, self.bias)
         self.pattern = added if with_bias else self.dense
@@ -68,9 +70,8 @@ class _DenseCallback(DFPatternCallback):
         if units is None or not self._fast(data, units):
             return post
         (n, k), m = _shape(data), units
-        hwio = np.ascontiguousarray(weight.data.numpy().T).reshape(1, 1, k, m)
         conv = relay.nn.conv2d(
-            relay.reshape(data, [1, 1, n, k]), relay.const(hwio), channels=m, kernel_size=1,
+            relay.reshape(data, [1, 1, n, k]), _hwio(weight, k, m), channels=m, kernel_size=1,
             data_layout="NHWC", kernel_layout="HWIO",
         )
         if bias is not None:
@@ -81,6 +82,13 @@ class _DenseCallback(DFPatternCallback):
         (n, k), m = _shape(data), units
         spec = KernelSpec.conv((1, 1, n, k), (1, 1, k, m)).with_epilogue(self.with_bias)
         return strategy.fast_path_refusal(spec, self.target) is None
+
+
+def _hwio(weight, k: int, m: int) -> relay.Expr:
+    """The ``[M, K]`` dense ``weight`` as the ``[1, 1, K, M]`` HWIO weight of a 1x1 conv."""
+    if isinstance(weight, relay.Constant):
+        return relay.const(np.ascontiguousarray(weight.data.numpy().T).reshape(1, 1, k, m))
+    return relay.reshape(relay.transpose(weight, [1, 0]), [1, 1, k, m])
 
 
 def _shape(expr) -> tuple[int, ...] | None:
