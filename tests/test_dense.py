@@ -1,7 +1,7 @@
-"""DenseAsConv: dense layers of constant weight run as fused 1x1 NHWC convs.
+"""DenseAsConv: dense layers run as fused 1x1 NHWC convs.
 
 Each case builds a Relay dense layer (with its bias as ONNX's Gemm imports it, ``add``, or as
-``bias_add``) with ``tvm_fuse.build`` and with stock TVM, and compares the outputs; the
+``bias_add``, and an activation) with ``tvm_fuse.build`` and with stock TVM, and compares the outputs; the
 optimized module says which layers became fused convs and which stayed dense.
 """
 
@@ -52,10 +52,29 @@ def check_against_stock(mod, inputs, rtol=1e-5):
 @pytest.mark.parametrize("batch", [1, 3])
 def test_dense_with_its_bias_becomes_one_fused_conv(batch, bias, rng):
     mod = dense_module(rng, batch, 200, 96, bias)
-    want = ("conv2d",) if bias == "none" else ("conv2d", "bias")  # ReLU after the reshape
+    want = ("conv2d", "relu") if bias == "none" else ("conv2d", "bias", "relu")
     assert fused_ops(mod) == [want]
     assert dense_ops_left(mod) == 0
     check_against_stock(mod, {"data": rng.standard_normal((batch, 96)).astype("float32")})
+
+
+@pytest.mark.parametrize("activation", ["relu6", "leaky_relu", "sigmoid", "clip_0_5"])
+def test_an_activation_after_the_bias_enters_the_kernel(activation, rng):
+    """Each element-wise activation the epilogue takes is fused; a clip it does not take stays
+    an op, applied to the same values."""
+    x = relay.var("data", shape=(2, 64))
+    w = rng.standard_normal((150, 64)).astype("float32") / 4
+    y = relay.add(relay.nn.dense(x, relay.const(w)), relay.const(np.ones(150, "float32")))
+    forms = {
+        "relu6": lambda v: relay.clip(v, 0.0, 6.0),
+        "leaky_relu": lambda v: relay.nn.leaky_relu(v, 0.1),
+        "sigmoid": relay.sigmoid,
+        "clip_0_5": lambda v: relay.clip(v, 0.0, 5.0),
+    }
+    mod = tvm.IRModule.from_expr(relay.Function([x], forms[activation](y)))
+    fused = ("conv2d", "bias") if activation == "clip_0_5" else ("conv2d", "bias", activation)
+    assert fused_ops(mod) == [fused]
+    check_against_stock(mod, {"data": rng.standard_normal((2, 64)).astype("float32")})
 
 
 def test_a_classifier_head_after_global_pooling_matches_stock(rng):
@@ -109,7 +128,7 @@ def test_an_unbound_weight_gives_the_same_kernel_as_a_bound_one(rng):
     bound = tvm_fuse.describe(tvm_fuse.optimize(mod, {"w": weight}))
     with tvm.transform.PassContext(opt_level=3):
         unbound = tvm_fuse.describe(tvm_fuse.pipeline()(mod))
-    assert unbound == bound and [spec.ops for spec in bound] == [("conv2d", "bias")]
+    assert unbound == bound and [spec.ops for spec in bound] == [("conv2d", "bias", "relu")]
     inputs = {"data": rng.standard_normal((1, 48)).astype("float32")}
     got = testing.run(tvm_fuse.build(mod, {"w": weight}), inputs)
     ref = testing.run(testing.build_stock(mod, {"w": weight}), inputs)

@@ -11,12 +11,13 @@ about twice ONNX Runtime's time on ResNet-50's 2048 -> 1000 classifier (see the 
     %0 = nn.dense(%x, %W)                        # float32, %x: [N, K], %W: [M, K]
     %1 = add(%0, %b)                              # or nn.bias_add(%0, %b); %b: [M] or [1, M];
                                                   # optional
-    =>  reshape(add(nn.conv2d(reshape(%x, [1, 1, N, K]), <%W^T as [1, 1, K, M]>,
-                              data_layout="NHWC", kernel_layout="HWIO"),
-                    reshape(%b, [M])), [N, M])
+    %2 = nn.relu(%1)                              # or another ACTIVATION_OPS op; optional
+    =>  reshape(nn.relu(add(nn.conv2d(reshape(%x, [1, 1, N, K]), <%W^T as [1, 1, K, M]>,
+                                      data_layout="NHWC", kernel_layout="HWIO"),
+                            reshape(%b, [M]))), [N, M])
 
-which multiplies and adds the same numbers, so that the fusion pass fuses the conv and its bias
-into one kernel. A constant weight is transposed in NumPy; one that is still a variable (params
+which computes the same numbers, so that the fusion pass fuses the conv, its bias and its
+activation into one kernel. A constant weight is transposed in NumPy; one that is still a variable (params
 given to ``relay.build`` only) by Relay ops, which ``relay.build`` folds once it binds the
 params, as ``PackWeights`` does for a conv's, so the kernels are the same bound or not. It leaves
 alone other dtypes, and dense layers whose conv the fast kernel would refuse on the target
@@ -26,6 +27,10 @@ better one).
 
 from __future__ import annotations
 
+import functools
+import itertools
+import operator
+
 import numpy as np
 import tvm
 from tvm import relay
@@ -33,16 +38,24 @@ from tvm.relay.dataflow_pattern import DFPatternCallback, is_op, rewrite, wildca
 
 from .. import strategy
 from ..ir_utils import rewrite_functions, static_shape
-from ..spec import KernelSpec
+from ..spec import ACTIVATIONS, KernelSpec
 from ..target import target_or_current
+
+
+#: The activations moved in front of the reshape back to [N, M], so that the fusion pass sees
+#: them on the conv: the element-wise ops of one input among ``spec.ACTIVATIONS``' Relay forms.
+ACTIVATION_OPS = tuple(
+    sorted({row.relay_op for row in ACTIVATIONS.values() if row.relay_op and not row.gated})
+)
 
 
 def DenseAsConv(target=None) -> tvm.transform.Pass:  # pylint: disable=invalid-name  (pass style)
     """Rewrite dense layers as 1x1 NHWC convs (see the module docstring)."""
 
     def transform(mod, _ctx):
-        for with_bias in (True, False):  # the bias first: the bare form would hide it
-            callback = _DenseCallback(target_or_current(target), with_bias)
+        # the longest chains first: a shorter form would hide the ops above it
+        for activation, bias in itertools.product((True, False), repeat=2):
+            callback = _DenseCallback(target_or_current(target), bias, activation)
             mod = rewrite_functions(mod, lambda func, cb=callback: rewrite(cb, func))
         return mod
 
@@ -50,22 +63,28 @@ def DenseAsConv(target=None) -> tvm.transform.Pass:  # pylint: disable=invalid-n
 
 
 class _DenseCallback(DFPatternCallback):
-    """Matches a dense layer, with a bias (``with_bias``) or without."""
+    """Matches a dense layer, with a bias (``with_bias``) or without, then an activation
+    (``with_activation``) or not."""
 
-    def __init__(self, target, with_bias: bool):
+    def __init__(self, target, with_bias: bool, with_activation: bool):
         super().__init__(require_type=True, rewrite_once=True)
-        self.target, self.with_bias = target, with_bias
+        self.target, self.with_bias, self.with_activation = target, with_bias, with_activation
         self.data, self.weight, self.bias = wildcard(), wildcard(), wildcard()
         self.dense = is_op("nn.dense")(self.data, self.weight)
         added = is_op("add")(self.dense, self.bias) | is_op("nn.bias_add")(self.dense, self.bias)
-        self.pattern = added if with_bias else self.dense
+        self.core = added if with_bias else self.dense
+        self.pattern = self.core
+        if with_activation:
+            self.pattern = functools.reduce(
+                operator.or_, (is_op(name)(self.core) for name in ACTIVATION_OPS)
+            )
 
     def callback(self, pre, post, node_map):
         data, weight = node_map[self.data][0], node_map[self.weight][0]
         bias = node_map[self.bias][0] if self.with_bias else None
-        dense = node_map[self.dense][0]
+        dense, core = node_map[self.dense][0], node_map[self.core][0]
         units = _units(data, weight, dense, bias)
-        if post.op.name == "nn.bias_add" and post.attrs.axis not in (1, -1):
+        if core.op.name == "nn.bias_add" and core.attrs.axis not in (1, -1):
             return post  # a bias per sample
         if units is None or not self._fast(data, units):
             return post
@@ -76,6 +95,8 @@ class _DenseCallback(DFPatternCallback):
         )
         if bias is not None:
             conv = relay.add(conv, relay.reshape(bias, [m]))
+        if self.with_activation:  # on the conv's output
+            conv = relay.Call(post.op, [conv], post.attrs)
         return relay.reshape(conv, [n, m])
 
     def _fast(self, data, units: int) -> bool:
