@@ -1,8 +1,8 @@
 """DenseAsConv: dense layers run as fused 1x1 NHWC convs.
 
 Each case builds a Relay dense layer (with its bias as ONNX's Gemm imports it, ``add``, or as
-``bias_add``, and an activation) with ``tvm_fuse.build`` and with stock TVM, and compares the outputs; the
-optimized module says which layers became fused convs and which stayed dense.
+``bias_add``, and an activation) with ``tvm_fuse.build`` and with stock TVM, and compares the
+outputs; the optimized module says which layers became fused convs and which stayed dense.
 """
 
 import numpy as np

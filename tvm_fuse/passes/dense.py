@@ -1,4 +1,4 @@
-"""DenseAsConv: a dense layer with a constant weight becomes a 1x1 conv the fused kernel runs.
+"""DenseAsConv: a dense layer becomes a 1x1 conv that the fused kernel runs.
 
 Where it sits: in ``tvm_fuse.pipeline()`` after ``ConvertLayoutNHWC`` and ``FoldConstant`` (so a
 bound weight is a constant), before ``FuseConvBiasAct``. A dense layer ``x [N, K] . W^T [K, M]``
@@ -17,12 +17,12 @@ about twice ONNX Runtime's time on ResNet-50's 2048 -> 1000 classifier (see the 
                             reshape(%b, [M]))), [N, M])
 
 which computes the same numbers, so that the fusion pass fuses the conv, its bias and its
-activation into one kernel. A constant weight is transposed in NumPy; one that is still a variable (params
-given to ``relay.build`` only) by Relay ops, which ``relay.build`` folds once it binds the
-params, as ``PackWeights`` does for a conv's, so the kernels are the same bound or not. It leaves
-alone other dtypes, and dense layers whose conv the fast kernel would refuse on the target
-(``strategy.fast_path_refusal``, e.g. a tiny output: there stock TVM's dense schedule is the
-better one).
+activation into one kernel. A constant weight is transposed in NumPy; one that is still a
+variable (params given to ``relay.build`` only) by Relay ops, which ``relay.build`` folds once
+it binds the params, as ``PackWeights`` does for a conv's, so the kernels are the same bound or
+not. It leaves alone other dtypes, and dense layers whose conv the fast kernel would refuse on
+the target (``strategy.fast_path_refusal``, e.g. a tiny output: there stock TVM's dense schedule
+is the better one).
 """
 
 from __future__ import annotations
