@@ -77,6 +77,31 @@ def test_an_activation_after_the_bias_enters_the_kernel(activation, rng):
     check_against_stock(mod, {"data": rng.standard_normal((2, 64)).astype("float32")})
 
 
+def test_an_mlp_of_two_layers_fuses_both(rng):
+    """dense -> bias -> ReLU -> dense -> bias: the second layer reads the first's rewrite."""
+    x = relay.var("data", shape=(2, 96))
+    y = x
+    for inputs, units in ((96, 256), (256, 160)):
+        w = rng.standard_normal((units, inputs)).astype("float32") / np.sqrt(inputs)
+        y = relay.add(relay.nn.dense(y, relay.const(w)), relay.const(np.ones(units, "float32")))
+        y = relay.nn.relu(y) if units == 256 else y
+    mod = tvm.IRModule.from_expr(relay.Function([x], y))
+    assert fused_ops(mod) == [("conv2d", "bias", "relu"), ("conv2d", "bias")]
+    check_against_stock(mod, {"data": rng.standard_normal((2, 96)).astype("float32")})
+
+
+def test_a_value_read_twice_is_computed_once(rng):
+    """The biased output feeds a ReLU and a multiply: the ReLU stays outside the kernel rather
+    than the dense layer being computed once for each reader."""
+    x = relay.var("data", shape=(1, 64))
+    w = rng.standard_normal((150, 64)).astype("float32") / 8
+    y = relay.add(relay.nn.dense(x, relay.const(w)), relay.const(np.ones(150, "float32")))
+    body = relay.Tuple([relay.nn.relu(y), relay.multiply(y, relay.const(2.0))])
+    mod = tvm.IRModule.from_expr(relay.Function([x], body))
+    assert fused_ops(mod) == [("conv2d", "bias")]
+    check_against_stock(mod, {"data": rng.standard_normal((1, 64)).astype("float32")})
+
+
 def test_a_classifier_head_after_global_pooling_matches_stock(rng):
     """NCHW conv -> global average pool -> flatten -> dense + bias, as a CNN ends."""
     x = relay.var("data", shape=(1, 32, 7, 7))

@@ -37,7 +37,7 @@ from tvm import relay
 from tvm.relay.dataflow_pattern import DFPatternCallback, is_op, rewrite, wildcard
 
 from .. import strategy
-from ..ir_utils import rewrite_functions, static_shape
+from ..ir_utils import rewrite_functions, static_shape, use_counts
 from ..spec import ACTIVATIONS, KernelSpec
 from ..target import target_or_current
 
@@ -55,40 +55,49 @@ def DenseAsConv(target=None) -> tvm.transform.Pass:  # pylint: disable=invalid-n
     def transform(mod, _ctx):
         # the longest chains first: a shorter form would hide the ops above it
         for activation, bias in itertools.product((True, False), repeat=2):
-            callback = _DenseCallback(target_or_current(target), bias, activation)
-            mod = rewrite_functions(mod, lambda func, cb=callback: rewrite(cb, func))
+
+            def rewrite_function(func, bias=bias, activation=activation):
+                chosen = target_or_current(target)
+                return rewrite(_DenseCallback(chosen, bias, activation, func), func)
+
+            mod = rewrite_functions(mod, rewrite_function)
         return mod
 
     return tvm.transform.module_pass(transform, opt_level=0, name="tvm_fuse.DenseAsConv")
 
 
 class _DenseCallback(DFPatternCallback):
-    """Matches a dense layer, with a bias (``with_bias``) or without, then an activation
-    (``with_activation``) or not."""
+    """Matches a dense layer in ``func``, with a bias (``with_bias``) or without, then an
+    activation (``with_activation``) or not. Types and readers come from the matched ops as
+    ``func`` has them (``pre``), the arguments of the rewrite from ``post``."""
 
-    def __init__(self, target, with_bias: bool, with_activation: bool):
-        super().__init__(require_type=True, rewrite_once=True)
+    def __init__(self, target, with_bias: bool, with_activation: bool, func):
+        super().__init__(require_type=False, rewrite_once=True)
         self.target, self.with_bias, self.with_activation = target, with_bias, with_activation
-        self.data, self.weight, self.bias = wildcard(), wildcard(), wildcard()
-        self.dense = is_op("nn.dense")(self.data, self.weight)
-        added = is_op("add")(self.dense, self.bias) | is_op("nn.bias_add")(self.dense, self.bias)
-        self.core = added if with_bias else self.dense
-        self.pattern = self.core
+        self.func, self._counts = func, None
+        dense = is_op("nn.dense")(wildcard(), wildcard())
+        bias = wildcard()
+        core = is_op("add")(dense, bias) | is_op("nn.bias_add")(dense, bias)
+        core = core if with_bias else dense
+        self.pattern = core
         if with_activation:
             self.pattern = functools.reduce(
-                operator.or_, (is_op(name)(self.core) for name in ACTIVATION_OPS)
+                operator.or_, (is_op(name)(core) for name in ACTIVATION_OPS)
             )
 
     def callback(self, pre, post, node_map):
-        data, weight = node_map[self.data][0], node_map[self.weight][0]
-        bias = node_map[self.bias][0] if self.with_bias else None
-        dense, core = node_map[self.dense][0], node_map[self.core][0]
-        units = _units(data, weight, dense, bias)
+        index = self._dense_index(post)
+        if index is None or self._dense_index(pre) != index:
+            return post
+        core, dense, bias = self._parts(pre, index)
+        units = _units(*dense.args, dense, bias)
         if core.op.name == "nn.bias_add" and core.attrs.axis not in (1, -1):
             return post  # a bias per sample
-        if units is None or not self._fast(data, units):
+        if units is None or not self._fast(dense.args[0], units) or not self._read_once(pre):
             return post
-        (n, k), m = _shape(data), units
+        (n, k), m = _shape(dense.args[0]), units
+        _, dense, bias = self._parts(post, index)
+        data, weight = dense.args
         conv = relay.nn.conv2d(
             relay.reshape(data, [1, 1, n, k]), _hwio(weight, k, m), channels=m, kernel_size=1,
             data_layout="NHWC", kernel_layout="HWIO",
@@ -99,10 +108,43 @@ class _DenseCallback(DFPatternCallback):
             conv = relay.Call(post.op, [conv], post.attrs)
         return relay.reshape(conv, [n, m])
 
+    def _core(self, top):
+        return top.args[0] if self.with_activation else top
+
+    def _dense_index(self, top) -> int | None:
+        """Which argument of the bias op is the dense layer (0 without a bias), or None."""
+        core = self._core(top)
+        if not self.with_bias:
+            return 0 if _is_dense(core) else None
+        candidates = [0] if core.op.name == "nn.bias_add" else [0, 1]
+        return next((i for i in candidates if _is_dense(core.args[i])), None)
+
+    def _parts(self, top, index: int):
+        """(the bias op or the dense layer, the dense layer, the bias or None) of a match."""
+        core = self._core(top)
+        if not self.with_bias:
+            return core, core, None
+        return core, core.args[index], core.args[1 - index]
+
+    def _read_once(self, pre) -> bool:
+        """Whether each op the rewrite takes in under the matched one (``pre``) has no other
+        reader than the next: one that had would need the dense layer's value too, computed a
+        second time."""
+        core, dense, _ = self._parts(pre, self._dense_index(pre))
+        inner = [core] if self.with_activation else []
+        inner += [dense] if self.with_bias else []
+        if self._counts is None:
+            self._counts = use_counts(self.func)
+        return all(self._counts[node] == 1 for node in inner)
+
     def _fast(self, data, units: int) -> bool:
         (n, k), m = _shape(data), units
         spec = KernelSpec.conv((1, 1, n, k), (1, 1, k, m)).with_epilogue(self.with_bias)
         return strategy.fast_path_refusal(spec, self.target) is None
+
+
+def _is_dense(expr) -> bool:
+    return isinstance(expr, relay.Call) and getattr(expr.op, "name", None) == "nn.dense"
 
 
 def _hwio(weight, k: int, m: int) -> relay.Expr:
