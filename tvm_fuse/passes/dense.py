@@ -53,11 +53,11 @@ def DenseAsConv(target=None) -> tvm.transform.Pass:  # pylint: disable=invalid-n
     """Rewrite dense layers as 1x1 NHWC convs (see the module docstring)."""
 
     def transform(mod, _ctx):
+        chosen = target_or_current(target)
         # the longest chains first: a shorter form would hide the ops above it
         for activation, bias in itertools.product((True, False), repeat=2):
 
             def rewrite_function(func, bias=bias, activation=activation):
-                chosen = target_or_current(target)
                 return rewrite(_DenseCallback(chosen, bias, activation, func), func)
 
             mod = rewrite_functions(mod, rewrite_function)
@@ -90,12 +90,12 @@ class _DenseCallback(DFPatternCallback):
         if index is None or self._dense_index(pre) != index:
             return post
         core, dense, bias = self._parts(pre, index)
-        units = _units(*dense.args, dense, bias)
+        sizes = _sizes(dense, bias)
         if core.op.name == "nn.bias_add" and core.attrs.axis not in (1, -1):
             return post  # a bias per sample
-        if units is None or not self._fast(dense.args[0], units) or not self._read_once(pre):
+        if sizes is None or not self._fast(*sizes) or not self._read_once(core, dense):
             return post
-        (n, k), m = _shape(dense.args[0]), units
+        n, k, m = sizes
         _, dense, bias = self._parts(post, index)
         data, weight = dense.args
         conv = relay.nn.conv2d(
@@ -126,19 +126,17 @@ class _DenseCallback(DFPatternCallback):
             return core, core, None
         return core, core.args[index], core.args[1 - index]
 
-    def _read_once(self, pre) -> bool:
-        """Whether each op the rewrite takes in under the matched one (``pre``) has no other
-        reader than the next: one that had would need the dense layer's value too, computed a
-        second time."""
-        core, dense, _ = self._parts(pre, self._dense_index(pre))
+    def _read_once(self, core, dense) -> bool:
+        """Whether each op the rewrite takes in under the matched one has no other reader than
+        the next (``core`` and ``dense`` as :meth:`_parts` gives them for ``pre``): one that
+        had would need the dense layer's value too, computed a second time."""
         inner = [core] if self.with_activation else []
         inner += [dense] if self.with_bias else []
         if self._counts is None:
             self._counts = use_counts(self.func)
         return all(self._counts[node] == 1 for node in inner)
 
-    def _fast(self, data, units: int) -> bool:
-        (n, k), m = _shape(data), units
+    def _fast(self, n: int, k: int, m: int) -> bool:
         spec = KernelSpec.conv((1, 1, n, k), (1, 1, k, m)).with_epilogue(self.with_bias)
         return strategy.fast_path_refusal(spec, self.target) is None
 
@@ -158,18 +156,19 @@ def _shape(expr) -> tuple[int, ...] | None:
     return static_shape(expr.checked_type)
 
 
-def _units(data, weight, dense, bias) -> int | None:
-    """M of a float32 dense layer of 2-D ``data`` and a per-unit ``bias`` ([M] or [1, M], or
-    None), else None: the forms the rewrite takes."""
+def _sizes(dense, bias) -> tuple[int, int, int] | None:
+    """(N, K, M) of a type-checked float32 ``dense`` layer of 2-D data and a per-unit ``bias``
+    ([M] or [1, M], or None), else None: the forms the rewrite takes."""
+    data, weight = dense.args
     data_shape, weight_shape = _shape(data), _shape(weight)
     if data_shape is None or weight_shape is None or len(data_shape) != 2:
         return None
     types = [data.checked_type.dtype, weight.checked_type.dtype, dense.checked_type.dtype]
     if set(types) != {"float32"} or len(weight_shape) != 2 or weight_shape[1] != data_shape[1]:
         return None
-    m = weight_shape[0]
+    (n, k), m = data_shape, weight_shape[0]
     if bias is not None:
         bias_shape = _shape(bias)
         if bias_shape not in ((m,), (1, m)) or bias.checked_type.dtype != "float32":
             return None
-    return m
+    return n, k, m
