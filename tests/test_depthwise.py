@@ -107,10 +107,14 @@ def run(module, spec, tensors):
     return result.numpy()
 
 
+@pytest.mark.parametrize("finite_weight", [False, True], ids=["weight", "finite_weight"])
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
-def test_kernel_matches_float64_reference(case, rng):
+def test_kernel_matches_float64_reference(case, finite_weight, rng):
+    """Each case on the padded copy (at stride 1) and read in place (a weight the graph half
+    found finite)."""
     data, weight, bias = make_inputs(rng, case)
     spec = spec_of(case, data, weight, bias, case.residual)
+    spec = dataclasses.replace(spec, finite_weight=finite_weight)
     residual = rng.standard_normal(spec.out.shape).astype("float32") if case.residual else None
     lanes = packing.depthwise_lanes(case.channels, case.lanes)
     packed = packing.packed_depthwise_weight(spec, lanes)
