@@ -119,7 +119,8 @@ def test_relay_op_matches_numpy(case, rng):
 
 # -- the TE compute and schedule directly ---------------------------------------------------------
 TE_CASES = {
-    "asym_pad": (1, 12, 16, 32, 3, 1, 1, (1, 0, 2, 1)),
+    "asym_pad": (1, 12, 16, 32, 3, 1, 1, (1, 0, 2, 1)),  # Wo 11: AVX2 takes flat tiles
+    "asym_pad_w12": (1, 13, 16, 32, 3, 1, 1, (1, 0, 2, 1)),  # Wo 12: tiles along Wo on any ISA
     "s2_dil2": (2, 15, 8, 16, 3, 2, 2, (2, 2, 1, 1)),
     "map7_flat_co20": (2, 7, 24, 20, 3, 1, 1, (1, 1, 1, 1)),  # Ho*Wo tiles, Co padded in-kernel
     "rows_w24": (1, 24, 8, 16, 3, 1, 1, (1, 1, 1, 1)),  # tiles of 6 divide Wo: tiles along Wo
@@ -270,13 +271,36 @@ def test_a_padded_conv_pads_its_input_up_front_by_rows(case):
     assert len(loops) >= 2 and loops[0] == "i0_i1_fused", loops
 
 
-@pytest.mark.parametrize("case", ["rows_w24", "rows_co32_w12", "asym_pad"])
-def test_a_large_input_is_padded_row_by_row_inside_the_parallel_loop(case, rng, monkeypatch):
-    """Above ``tiling.PAD_UP_FRONT_MAX_BYTES`` (here: any input) no pass pads the whole input;
-    the rows are padded where the conv's parallel loop reads them, with the same result."""
+@pytest.mark.parametrize("isa", ISAS.values(), ids=ISAS.keys())
+@pytest.mark.parametrize("case", ["rows_w24", "rows_co32_w12", "asym_pad_w12"])
+def test_a_large_input_is_padded_row_by_row_inside_the_parallel_loop(case, isa, rng, monkeypatch):
+    """Above ``tiling.PAD_UP_FRONT_MAX_BYTES`` (here: any input) a tiling along Wo pads no whole
+    input; the rows are padded where the conv's parallel loop reads them, with the same result."""
     monkeypatch.setattr(tiling, "PAD_UP_FRONT_MAX_BYTES", 0)
-    loops = check_te_kernel(TE_CASES[case], rng)
+    loops = check_te_kernel(TE_CASES[case], rng, isa)
     assert "i0_i1_fused" not in loops and len(loops) == 1, loops
+
+
+def _tiles_flat(case, target) -> bool:
+    """Whether the tile model tiles the flattened Ho*Wo axis for a ``TE_CASES`` entry."""
+    batch, size, ci, co, kernel, stride, dil, padding = case
+    spec = KernelSpec.conv(
+        (batch, size, size, ci), (kernel, kernel, ci, co), (stride,) * 2, padding, (dil,) * 2
+    )
+    lanes = strategy.simd_lanes(target or host_target())
+    packed = dataclasses.replace(spec, weight=packing.packed_weight(spec, lanes))
+    return tiling.tiles_for(packed).flat
+
+
+@pytest.mark.parametrize("isa", ISAS.values(), ids=ISAS.keys())
+@pytest.mark.parametrize("case", ["map7_flat_co20", "asym_pad"])
+def test_above_the_limit_only_a_flat_tiling_pads_its_whole_input(case, isa, rng, monkeypatch):
+    """Flat tiles span rows, so no parallel iteration owns whole input rows to pad
+    (``tiling.pads_by_rows``): a flat tiling pads its whole input up front at any size.
+    ``asym_pad`` (Wo 11) is flat with AVX2's 3 px tiles, along Wo with AVX-512's 11 px."""
+    monkeypatch.setattr(tiling, "PAD_UP_FRONT_MAX_BYTES", 0)
+    loops = check_te_kernel(TE_CASES[case], rng, isa)
+    assert (loops[0] == "i0_i1_fused") == _tiles_flat(TE_CASES[case], isa), loops
 
 
 @pytest.mark.parametrize("case", ["valid_1x1_w56", "valid_1x1_s2", "valid_3x3_w56"])
