@@ -22,7 +22,7 @@ from tvm_fuse.passes.pack import PackWeights
 from tvm_fuse.testing import fused_conv_call
 from tvm_fuse.schedules import conv2d_nhwc_fused as fast
 from tvm_fuse.schedules import packing, tiling
-from tvm_fuse.spec import KernelSpec, TensorSpec
+from tvm_fuse.spec import KernelSpec
 
 pytestmark = pytest.mark.llvm
 
@@ -135,21 +135,25 @@ TE_CASES = {
 }
 
 
-def te_kernel(batch, size, ci, co, kernel, stride, dil, padding, target=None):
-    """(schedule, args) of the fast kernel with bias + ReLU, in ``target``'s scope (default:
-    the host's)."""
+def te_spec(batch, size, ci, co, kernel, stride, dil, padding, lanes) -> KernelSpec:
+    """The spec of a ``TE_CASES`` entry with bias + ReLU, its weight packed for ``lanes``."""
+    spec = KernelSpec.conv(
+        (batch, size, size, ci), (kernel, kernel, ci, co), (stride, stride), padding, (dil, dil)
+    ).with_epilogue(bias=True, activation="relu")
+    return dataclasses.replace(spec, weight=packing.packed_weight(spec, lanes))
+
+
+def te_kernel(*case, target=None):
+    """(schedule, args) of the fast kernel of a ``TE_CASES`` entry with bias + ReLU, in
+    ``target``'s scope (default: the host's)."""
     target = target or host_target()
     with target:
         lanes = strategy.simd_lanes(target)
-        data = te.placeholder((batch, size, size, ci), name="data")
-        co_vectors = packing.padded_channels(co, lanes) // lanes
-        weight = te.placeholder((co_vectors, kernel, kernel, ci, lanes), name="weight")
-        bias = te.placeholder((co,), name="bias")
-        spec = KernelSpec.conv(
-            data.shape, (kernel, kernel, ci, co), (stride, stride), padding, (dil, dil)
-        ).with_epilogue(bias=True, activation="relu")
-        packed = TensorSpec(weight.shape, packing.packed_layout(lanes), "float32")
-        out = fast.compute(dataclasses.replace(spec, weight=packed), data, weight, bias, None)
+        spec = te_spec(*case, lanes)
+        data = te.placeholder(spec.data.shape, name="data")
+        weight = te.placeholder(spec.weight.shape, name="weight")
+        bias = te.placeholder((spec.out_channels,), name="bias")
+        out = fast.compute(spec, data, weight, bias, None)
         return fast.schedule([out]), [data, weight, bias, out], lanes
 
 
@@ -281,17 +285,6 @@ def test_a_large_input_is_padded_row_by_row_inside_the_parallel_loop(case, isa, 
     assert "i0_i1_fused" not in loops and len(loops) == 1, loops
 
 
-def _tiles_flat(case, target) -> bool:
-    """Whether the tile model tiles the flattened Ho*Wo axis for a ``TE_CASES`` entry."""
-    batch, size, ci, co, kernel, stride, dil, padding = case
-    spec = KernelSpec.conv(
-        (batch, size, size, ci), (kernel, kernel, ci, co), (stride,) * 2, padding, (dil,) * 2
-    )
-    lanes = strategy.simd_lanes(target or host_target())
-    packed = dataclasses.replace(spec, weight=packing.packed_weight(spec, lanes))
-    return tiling.tiles_for(packed).flat
-
-
 @pytest.mark.parametrize("isa", ISAS.values(), ids=ISAS.keys())
 @pytest.mark.parametrize("case", ["map7_flat_co20", "asym_pad"])
 def test_above_the_limit_only_a_flat_tiling_pads_its_whole_input(case, isa, rng, monkeypatch):
@@ -300,7 +293,8 @@ def test_above_the_limit_only_a_flat_tiling_pads_its_whole_input(case, isa, rng,
     ``asym_pad`` (Wo 11) is flat with AVX2's 3 px tiles, along Wo with AVX-512's 11 px."""
     monkeypatch.setattr(tiling, "PAD_UP_FRONT_MAX_BYTES", 0)
     loops = check_te_kernel(TE_CASES[case], rng, isa)
-    assert (loops[0] == "i0_i1_fused") == _tiles_flat(TE_CASES[case], isa), loops
+    tiles = tiling.tiles_for(te_spec(*TE_CASES[case], strategy.simd_lanes(isa or host_target())))
+    assert (loops[0] == "i0_i1_fused") == tiles.flat, loops
 
 
 @pytest.mark.parametrize("case", ["valid_1x1_w56", "valid_1x1_s2", "valid_3x3_w56"])
