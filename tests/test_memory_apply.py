@@ -2,11 +2,12 @@
 
 One small bottleneck ResNet (the block shape where TVM's in-order plan loses most) is built once
 with TVM's plan; the planned module shares its kernels, so its outputs must be bit-identical.
-Storage and live ranges are read from the JSON here, independently of ``tvm_fuse.memory``.
+Storage and live ranges are read from the JSON by the tests' own ``graph_json_facts``,
+independently of ``tvm_fuse.memory``; ResNet-18's applied plan is checked in ``test_models``,
+beside the model's other checks against stock TVM, which share its builds.
 """
 
 import json
-import math
 
 import numpy as np
 import pytest
@@ -20,6 +21,8 @@ from tvm.relay.testing import resnet
 import tvm_fuse
 from tvm_fuse import examples, testing
 from tvm_fuse.memory import apply
+
+from graph_json_facts import live_ranges, storage_bytes
 
 
 def _small_bottleneck_resnet():
@@ -41,50 +44,9 @@ def small():
     return mod, params, stock_plan, apply.apply_to_factory(stock_plan)
 
 
-def _storage_bytes(graph_json):
-    """Bytes of the storages that hold kernel outputs: per storage id, its largest tensor."""
-    graph = json.loads(graph_json)
-    sids, shapes = graph["attrs"]["storage_id"][1], graph["attrs"]["shape"][1]
-    rows = graph["node_row_ptr"]
-    external = {sids[rows[nid]] for nid in graph["arg_nodes"]}
-    size = {}
-    for eid, sid in enumerate(sids):
-        if sid not in external:
-            size[sid] = max(size.get(sid, 0), math.prod(shapes[eid]) * 4)
-    return sum(size.values())
-
-
-def _live_ranges(graph_json):
-    """storage id -> [(first step, last step)] of each kernel output on it (aliases resolved)."""
-    graph = json.loads(graph_json)
-    sids, rows = graph["attrs"]["storage_id"][1], graph["node_row_ptr"]
-    source, span, step = {}, {}, -1
-    for nid, node in enumerate(graph["nodes"]):
-        if node["op"] == "null":
-            continue
-        inputs = [source.get(rows[n] + i, rows[n] + i) for n, i, *_ in node["inputs"]]
-        outputs = list(range(rows[nid], rows[nid + 1]))
-        if node["attrs"]["func_name"] == "__nop":
-            source[outputs[0]] = inputs[0]
-            continue
-        step += 1
-        for eid in inputs:
-            if eid in span:
-                span[eid] = (span[eid][0], step)
-        span.update({eid: (step, step) for eid in outputs})
-    for nid, index, *_ in graph["heads"]:
-        eid = source.get(rows[nid] + index, rows[nid] + index)
-        if eid in span:
-            span[eid] = (span[eid][0], step)
-    ranges = {}
-    for eid, live in span.items():
-        ranges.setdefault(sids[eid], []).append(live)
-    return ranges
-
-
 def test_applied_plan_reduces_the_storage_in_the_built_json(small):
     _, _, stock_plan, planned = small
-    before, after = _storage_bytes(stock_plan.get_graph_json()), _storage_bytes(
+    before, after = storage_bytes(stock_plan.get_graph_json()), storage_bytes(
         planned.get_graph_json()
     )
     result = apply.plan_storage(stock_plan.get_graph_json())
@@ -106,7 +68,7 @@ def test_applied_plan_reduces_the_storage_in_the_built_json(small):
 
 def test_no_two_live_tensors_share_a_storage(small):
     for lib in small[2:]:
-        for sid, spans in _live_ranges(lib.get_graph_json()).items():
+        for sid, spans in live_ranges(lib.get_graph_json()).items():
             spans.sort()
             assert all(b[0] > a[1] for a, b in zip(spans, spans[1:])), (sid, spans)
 
@@ -133,7 +95,7 @@ def test_exported_library_and_tvmc_package_run_the_plan(small, tmp_path):
     package = TVMCModel(mod, params).export_package(stock_plan, str(tmp_path / "model.tar"))
     result = apply.apply_to_package(package)
     assert result.applied and result.saved_bytes > 0
-    assert _storage_bytes(TVMCPackage(package).graph) == result.plan_bytes
+    assert storage_bytes(TVMCPackage(package).graph) == result.plan_bytes
     outputs = runner.run_module(TVMCPackage(package), "cpu", inputs=inputs).outputs
     np.testing.assert_array_equal(outputs["output_0"], ref)
 
@@ -147,17 +109,3 @@ def test_the_plan_is_the_default_and_tvms_stays_available():
         planned.get_graph_json()
         == apply.plan_storage(tvm_fuse.build(mod, params, memory="tvm").get_graph_json()).graph_json
     )
-
-
-@pytest.mark.slow
-def test_resnet18_storage_falls_and_outputs_match_stock():
-    mod, params = relay_testing.resnet.get_workload(num_layers=18, batch_size=1)
-    planned = tvm_fuse.build(mod, params)
-    stock = testing.build_stock(mod, params)
-    assert _storage_bytes(planned.get_graph_json()) < _storage_bytes(stock.get_graph_json())
-    for sid, spans in _live_ranges(planned.get_graph_json()).items():
-        spans.sort()
-        assert all(b[0] > a[1] for a, b in zip(spans, spans[1:])), (sid, spans)
-    inputs = examples.random_inputs(mod, params)
-    (got,), (ref,) = testing.run(planned, inputs), testing.run(stock, inputs)
-    testing.assert_close([got], [ref], 1e-4)

@@ -13,11 +13,13 @@ import tvm
 from tvm import relay
 
 import tvm_fuse
-from tvm_fuse import boundary_ops, models, testing
+from tvm_fuse import boundary_ops, examples, models, testing
 from tvm_fuse import op as fused_op
 from tvm_fuse.examples import conv_bn_layer
 from tvm_fuse.ir_utils import count_ops
 from tvm_fuse.passes.layout import count_layout_transforms
+
+from graph_json_facts import live_ranges, storage_bytes
 
 POOLS = ("nn.max_pool2d", "nn.avg_pool2d", "nn.global_max_pool2d", "nn.global_avg_pool2d")
 
@@ -159,8 +161,31 @@ def test_resnet18_every_conv_is_fused(resnet18):
     assert sum("add" in spec.ops for spec in specs) >= 7
 
 
-@pytest.mark.slow
-def test_resnet18_matches_stock(resnet18):
+@pytest.fixture(scope="module")
+def resnet18_builds(resnet18):
+    """ResNet-18 built by ``tvm_fuse.build`` (its storage plan applied) and by stock
+    ``relay.build``, and both outputs on the same seeded inputs: the suite's costliest pair of
+    builds, made once for the whole-model checks below."""
     mod, params, _ = resnet18
-    lib = testing.assert_matches_stock(mod, params, rtol=1e-4)
-    assert len(models.built_layout_transforms(lib)) <= 2
+    fused, stock = tvm_fuse.build(mod, params), testing.build_stock(mod, params)
+    inputs = examples.random_inputs(mod, params)
+    return fused, stock, testing.run(fused, inputs), testing.run(stock, inputs)
+
+
+@pytest.mark.slow
+def test_resnet18_matches_stock(resnet18_builds):
+    fused, _, got, ref = resnet18_builds
+    testing.assert_close(got, ref, 1e-4)
+    assert len(models.built_layout_transforms(fused)) <= 2
+
+
+@pytest.mark.slow
+def test_resnet18_applied_storage_plan_is_smaller_than_stocks(resnet18_builds):
+    """tvm_fuse's storage plan, applied to the built graph: less activation storage than stock's,
+    and no two kernel outputs live at once on one storage (read from the JSON by the tests'
+    own ``graph_json_facts``)."""
+    fused, stock, _, _ = resnet18_builds
+    assert storage_bytes(fused.get_graph_json()) < storage_bytes(stock.get_graph_json())
+    for sid, spans in live_ranges(fused.get_graph_json()).items():
+        spans.sort()
+        assert all(b[0] > a[1] for a, b in zip(spans, spans[1:])), (sid, spans)
