@@ -34,16 +34,18 @@ Measured on Zen 4 (AVX-512, 2 threads, conv + bias + ReLU6, the kernel alone): 1
 (the strategy never sends other convs here).
 """
 
-import tvm
 from tvm import te
 
 from ..spec import KernelSpec
 from .epilogue import apply_epilogue
-from .te_utils import find_tagged, inline_all_but, pad_for_tiles, pad_rows_in_parallel
+from .te_utils import Select, find_tagged, inline_all_but, pad_for_tiles, pad_rows_in_parallel
 
 NAME = "depthwise_conv2d_nhwc_fused.x86"
 #: Tag of the conv stage, by which the schedule finds it.
 CONV_TAG = "depthwise_conv2d_nhwc_fused"
+#: The one dtype the kernel computes in (an expression's own dtype is spelled differently in the
+#: two TVM stacks, so the constants name it).
+DTYPE = "float32"
 #: The range of ``owb``, output pixels per register tile.
 MIN_OWB, MAX_OWB = 4, 8
 
@@ -57,7 +59,7 @@ def tile_width(wo: int) -> int:
 
 def compute(spec: KernelSpec, data, weight, bias, residual):
     """TE of the depthwise kernel of ``spec`` on its packed ``[C/VL, Kh, Kw, VL]`` weight."""
-    if not spec.depthwise or spec.lanes is None or {data.dtype, weight.dtype} != {"float32"}:
+    if not spec.depthwise or spec.lanes is None or {str(data.dtype), str(weight.dtype)} != {DTYPE}:
         raise ValueError(
             f"{NAME}: needs a depthwise spec, float32 data and an OHW{{VL}}o weight, got "
             f"groups={spec.groups}, data {data.dtype}{list(data.shape)} and weight "
@@ -108,21 +110,21 @@ def _tap_product(data, b, row, col, c, tap):
     map the product is 0 x ``tap``, written as 0 for a finite tap and NaN otherwise, for TVM's
     simplifier folds ``0 * tap`` to 0 where it proves a tap off the map, which would drop a
     non-finite weight's NaN."""
-    zero_times_tap = tvm.tir.Select(
-        te.isfinite(tap), tvm.tir.const(0, tap.dtype), tvm.tir.const(float("nan"), tap.dtype)
+    zero_times_tap = Select(
+        te.isfinite(tap), te.const(0, DTYPE), te.const(float("nan"), DTYPE)
     )
     return _bounded_product(data, b, row, col, c, tap, zero_times_tap)
 
 
 def _finite_tap_product(data, b, row, col, c, tap):
     """:func:`_tap_product` of a finite ``tap`` (``KernelSpec.finite_weight``): 0 off the map."""
-    return _bounded_product(data, b, row, col, c, tap, tvm.tir.const(0, tap.dtype))
+    return _bounded_product(data, b, row, col, c, tap, te.const(0, DTYPE))
 
 
 def _bounded_product(data, b, row, col, c, tap, off_map):
     """``data[b, row, col, c] * tap`` where (row, col) is on the map, else ``off_map``."""
     _, h, w, _ = data.shape
-    inside = tvm.tir.all(row >= 0, row < h, col >= 0, col < w)
+    inside = te.all(row >= 0, row < h, col >= 0, col < w)
     return te.if_then_else(inside, data[b, row, col, c] * tap, off_map)
 
 

@@ -1,8 +1,8 @@
 """The fused kernel's epilogue as TE: bias, residual add and activation on the accumulator.
 
 Shared by every implementation of the fused op, on both backends (Relay and Relax), so that the
-generic fallback and the fast schedule compute exactly the same function. Each step is element-wise, so a schedule can inline
-it into the store of the accumulator (it stays in registers).
+generic fallback and the fast schedule compute exactly the same function. Each step is element-wise,
+so a schedule can inline it into the store of the accumulator (it stays in registers).
 
 Each activation is the very expression TOPI computes for the op it replaces, so NaN and ±Inf
 come out as stock TVM gives them: ``relu`` is ``max(x, 0)`` (NaN -> 0), ``relu6`` is TOPI's
@@ -13,10 +13,7 @@ Relax's import of ONNX ``Clip`` computes it), ``leaky_relu`` a select on
 
 from tvm import te, topi
 
-try:  # TVM 0.19 (the Relay stack)
-    from tvm.tir import Select
-except ImportError:  # apache-tvm >= 0.26 (the Relax stack): TIR's expressions are in tvm.tirx
-    from tvm.tirx import Select
+from .te_utils import Select
 
 
 def _activate(x, activation: str, alpha: float, dtype: str):

@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from tvm import te, topi
 
+try:  # TVM 0.19 (the Relay stack)
+    from tvm.tir import Select
+except ImportError:  # apache-tvm >= 0.26 (the Relax stack): TIR's expressions are in tvm.tirx
+    from tvm.tirx import Select
+
 
 def tagged_stage(out: te.Tensor, tag: str) -> te.Tensor | None:
     """The stage tagged ``tag`` under ``out`` (``out`` included), or None."""
