@@ -22,6 +22,24 @@ def conv2d_nhwc(x, w_hwio, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1)
     return out
 
 
+def depthwise_nhwc(x, w_hw1c, strides=(1, 1), padding=(0, 0, 0, 0)):
+    """NHWC depthwise conv of ``x`` with an HWIO weight ``[Kh, Kw, 1, C]`` (one filter per
+    channel); padding (top, left, bottom, right) with zeros, so a non-finite tap over the
+    padding gives NaN as stock TVM's padded conv does."""
+    x, w = np.asarray(x, np.float64), np.asarray(w_hw1c, np.float64)
+    (sh, sw), (top, left, bottom, right) = strides, padding
+    xp = np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)))
+    kh, kw = w.shape[:2]
+    ho, wo = (xp.shape[1] - kh) // sh + 1, (xp.shape[2] - kw) // sw + 1
+    out = np.zeros((x.shape[0], ho, wo, x.shape[3]))
+    with np.errstate(invalid="ignore"):
+        for ky in range(kh):
+            for kx in range(kw):
+                patch = xp[:, ky : ky + (ho - 1) * sh + 1 : sh, kx : kx + (wo - 1) * sw + 1 : sw]
+                out += patch * w[ky, kx, 0]
+    return out
+
+
 def conv2d_nchw(x, w_oihw, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1)):
     """NCHW conv with an OIHW weight, through :func:`conv2d_nhwc`."""
     out = conv2d_nhwc(

@@ -179,7 +179,7 @@ def leftovers(mod: tvm.IRModule, target) -> list[str]:
 def conv_refusal(conv) -> str:
     attrs = conv.attrs
     layouts = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout))
-    if int(attrs.groups) != 1:
+    if int(attrs.groups) != 1 and not fuse.is_depthwise(conv):
         return f"grouped (groups={int(attrs.groups)})"
     if layouts != ("NHWC", "HWIO", "NHWC"):
         return f"layouts {layouts} are not NHWC/HWIO"

@@ -2,9 +2,10 @@
 
 The Relax backend is pinned to apache-tvm 0.27 (``.ci/relax-env``); between 0.25 and 0.27 TIR's
 expressions moved to ``tvm.tirx``, its schedule to ``tvm.s_tir``, ``PrimExpr.dtype`` to
-``.ty.dtype`` ``relax.Constant`` to ``tvm.ir`` with its value in ``.value``, StructInfo became ``expr.ty``, and ``llvm_get_vector_width`` answers 512 on
-AVX2 machines. Everything else in ``tvm_fuse.relax`` asks this module. Importing it under the
-Relay stack (TVM 0.19, no ``tvm.s_tir``) raises ImportError with the reason.
+``.ty.dtype``, ``relax.Constant`` to ``tvm.ir`` with its value in ``.value``, StructInfo became
+``expr.ty``, and ``llvm_get_vector_width`` answers 512 on AVX2 machines. Everything else in
+``tvm_fuse.relax`` asks this module. Importing it under the Relay stack (TVM 0.19, no ``tvm.s_tir``)
+raises ImportError with the reason.
 """
 
 from __future__ import annotations

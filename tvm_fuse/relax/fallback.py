@@ -1,14 +1,14 @@
 """ScheduleFallback (Relax): a plain parallel schedule for every PrimFunc nobody scheduled.
 
 Runs in ``build`` after ``LegalizeOps``, on the TIR that TVM's stock ops became: the convs the
-fusion refused (grouped, depthwise, NCHW, other dtypes), pooling, reductions, transposes. Stock
-Relax compiles those as the default loop nest, one thread and no vectors (1.6 GFLOP/s for a
+fusion refused (grouped but not depthwise, NCHW, other dtypes), pooling, reductions, transposes.
+Stock Relax compiles those as the default loop nest, one thread and no vectors (1.6 GFLOP/s for a
 conv). Each block gets: its outer spatial loops fused and parallel; for a reduction, the reduction
-loops moved outside the innermost spatial loop, which is vectorized (so a conv accumulates a row
-of outputs at a time), and the initialisation split off; a spatial block's innermost loop
-vectorized. It leaves alone the PrimFuncs already scheduled (``compat.IS_SCHEDULED``: tvm_fuse's
-kernels), blocks whose loops do not map one to one onto their iterators, and any function a
-primitive refuses (it keeps its default nest; the result is right either way).
+loops moved outside the innermost spatial loop, which is vectorized (so a conv accumulates a row of
+outputs at a time), and the initialisation split off; a spatial block's innermost loop vectorized.
+It leaves alone the PrimFuncs already scheduled (``compat.IS_SCHEDULED``: tvm_fuse's kernels),
+blocks whose loops do not map one to one onto their iterators, and any function a primitive refuses
+(it keeps its default nest; the result is right either way).
 """
 
 from __future__ import annotations

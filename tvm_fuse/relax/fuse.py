@@ -11,8 +11,9 @@ the element-wise ops after them into a composite function ``tvm_fuse.conv2d_nhwc
     %y = act(%r)                 # optional: an activation of spec.ACTIVATIONS, Relax forms below
 
 Refused (left to TVM's stock ops, the model still right): a conv output, bias sum or residual sum
-with another consumer or returned by the function, a grouped conv, another layout, a dtype other
-than float32, dynamic shapes, a residual that broadcasts, ``clip`` with bounds other than 0 and 6.
+with another consumer or returned by the function, a grouped conv that is not depthwise (groups
+== Ci == Co: fused, for the depthwise kernel), another layout, a dtype other than float32, dynamic
+shapes, a residual that broadcasts, ``clip`` with bounds other than 0 and 6.
 ONNX's ``Clip(0, 6)`` arrives as ``R.minimum(R.maximum(x, 0), 6)`` once ``RaiseMinMax`` (``clip``)
 has turned the importer's two ``call_tir`` back into ops: it is fused as ``relu6_max_first``, the
 order that keeps the import's NaN -> 0; other bounds are refused.
@@ -101,11 +102,11 @@ def fusion_refusal(context) -> str | None:
     layouts = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout))
     if layouts != ("NHWC", "HWIO", "NHWC"):
         return f"the conv's layouts {layouts} are not NHWC/HWIO"
-    if int(attrs.groups) != 1:
-        return "the conv is grouped"
     shapes = [compat.tensor_shape(e) for e in (conv.args[0], conv.args[1], conv)]
     if any(s is None for s in shapes):
         return "the conv's shapes are not static"
+    if int(attrs.groups) != 1 and not is_depthwise(conv):
+        return "the conv is grouped"
     dtypes = {compat.tensor_dtype(e) for e in (conv.args[0], conv.args[1], conv)}
     if dtypes != {"float32"}:
         return f"dtypes {sorted(dtypes)} are not float32"
@@ -127,6 +128,18 @@ def fusion_refusal(context) -> str | None:
     if has_leaking_intermediate_variables(context):
         return "an intermediate result of the chain has another consumer"
     return None
+
+
+def is_depthwise(conv) -> bool:
+    """Whether ``conv`` (an NHWC/HWIO ``relax.nn.conv2d`` of static shapes) is depthwise: groups
+    == Ci == Co > 1, one filter per channel (HWIO weight ``[Kh, Kw, 1, C]``); any other grouped
+    conv is not fused."""
+    groups = int(conv.attrs.groups)
+    data, weight = (compat.tensor_shape(e) for e in conv.args[:2])
+    out = compat.tensor_shape(conv)
+    if groups == 1 or None in (data, weight, out):
+        return False
+    return groups == data[-1] == out[-1] and weight[2] == 1
 
 
 def _op_name(call) -> str:
@@ -180,6 +193,7 @@ class Chain:
             conv.attrs.strides,
             conv.attrs.padding,
             conv.attrs.dilation,
+            groups=int(conv.attrs.groups),
         ).with_epilogue(
             self.bias is not None,
             self.residual is not None,

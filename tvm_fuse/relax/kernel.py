@@ -2,11 +2,12 @@
 
 ``prim_func(spec)`` is the PrimFunc a fused call runs (``LowerFusedConv`` puts it into the module
 with ``call_tir``). Its computation is the Relay backend's, built by the same code:
-``schedules.fused_te`` on the packed ``OHWI{VL}o`` weight, or, when the weight stayed HWIO (the
-fast kernel refused the spec: ``fast_path_refusal``), ``schedules.generic`` (TOPI's NHWC conv);
-both end in ``schedules.epilogue``; a Winograd spec (a ``WINO{m}_{VL}o`` weight) runs
-``schedules.winograd_te``, scheduled by ``relax.winograd``. The tiles are the tile model's
-(``schedules.tiling``), and the loop nests are the Relay schedule's, written with
+``schedules.fused_te`` on the packed ``OHWI{VL}o`` weight, or, when the weight stayed HWIO (the fast
+kernel refused the spec: ``fast_path_refusal``), ``schedules.generic`` (TOPI's NHWC conv); both end
+in ``schedules.epilogue``; a Winograd spec (a ``WINO{m}_{VL}o`` weight) runs
+``schedules.winograd_te``, scheduled by ``relax.winograd``; a depthwise spec (an ``OHW{VL}o``
+weight) runs ``schedules.depthwise``, scheduled as the Relay backend schedules it. The tiles are the
+tile model's (``schedules.tiling``), and the loop nests are the Relay schedule's, written with
 ``tvm.s_tir.Schedule``:
 
 - along Wo: (N, Ho, Co blocks) fused and parallel (rows first, so that the cores split the map
@@ -31,7 +32,8 @@ import math
 
 from tvm import te
 
-from ..schedules import fused_te, generic, register_transpose, tiling, transposes, winograd_te
+from ..schedules import depthwise, fused_te, generic, register_transpose, tiling, transposes
+from ..schedules import winograd_te
 from ..schedules import winograd_tiling
 from ..spec import KernelSpec
 from . import compat, winograd
@@ -64,6 +66,10 @@ def prim_func(spec: KernelSpec, tiles: tiling.Tiles | None = None, cores: int | 
         func = te.create_prim_func([*tensors.values(), out])
         sch = compat.Schedule(func)
         _schedule_generic(sch, spec)
+    elif spec.depthwise:
+        out = depthwise.compute(spec, **args)
+        sch = compat.Schedule(te.create_prim_func([*tensors.values(), out]))
+        _schedule_depthwise(sch, spec)
     else:
         tiles = tiles or tiling.tiles_for(spec)
         out = fused_te.compute(spec, **args, owb=tiles.owb, flat=tiles.flat)
@@ -83,7 +89,9 @@ def kernel_name(spec: KernelSpec) -> str:
     """The name of the kernel that runs ``spec``."""
     if spec.algorithm == "winograd":
         return winograd.NAME
-    return GENERIC_NAME if spec.lanes is None else FAST_NAME
+    if spec.lanes is None:
+        return GENERIC_NAME
+    return depthwise.NAME if spec.depthwise else FAST_NAME
 
 
 def boundary_transpose(name: str, shape, dtype: str, lanes: int):
@@ -295,6 +303,37 @@ def _schedule_flat(sch, spec: KernelSpec, tiles: tiling.Tiles):
     _pad_up_front(sch, blocks, lanes)
 
 
+def _schedule_depthwise(sch, spec: KernelSpec):
+    """The Relay schedule of ``schedules.depthwise``: (N, Ho) rows in parallel, then Wo tiles of
+    ``depthwise.tile_width`` pixels, then channel vectors; at each vector the tile accumulates
+    over (Kh, Kw), unrolled, and the epilogue is applied on its single store."""
+    lanes = spec.lanes
+    owb = depthwise.tile_width(spec.out_hw[1])
+    blocks = _blocks(sch)
+    out = _output_block(sch, blocks)
+    n, h, w, c = sch.get_loops(out)
+    w_blk, w_pix = sch.split(w, [None, owb])
+    c_vec, c_lane = sch.split(c, [None, lanes])
+    sch.reorder(n, h, w_blk, c_vec, w_pix, c_lane)
+    sch.parallel(sch.fuse(n, h))
+    sch.unroll(w_pix)
+    sch.vectorize(c_lane)
+    conv = blocks["conv"]
+    sch.compute_at(conv, c_vec)
+    sch.set_scope(conv, 0, "local")
+    kh, kw = spec.kernel_size
+    _, _, pixels, lane, *reduction = _tile_loops(sch, conv, c_vec, (1, 1, owb, lanes, kh, kw))
+    reduction = [r for r in reduction if r is not None]
+    tile = [l for l in (pixels,) if l is not None]
+    sch.reorder(*reduction, *tile, lane)
+    for loop in (*reduction, *tile):
+        sch.unroll(loop)
+    sch.vectorize(lane)
+    if reduction:
+        sch.decompose_reduction(conv, reduction[0])
+    _pad_up_front(sch, blocks, lanes)
+
+
 def _pad_up_front(sch, blocks, lanes):
     """The padded input, if any, as its own pass: parallel by rows, channels vectorized."""
     if "data_pad" in blocks:
@@ -318,9 +357,14 @@ def _vectorize_innermost(sch, block, lanes):
 def _schedule_generic(sch, spec: KernelSpec):
     """The fallback: NHWC conv (HWIO weight) rows in parallel, a row of accumulators in a local
     buffer with the reduction outside it and 4 channels vectorized where Co has whole vectors of
-    4, the epilogue applied on the store, the padded rows computed in the parallel loop."""
+    4, the epilogue applied on the store, the padded rows computed in the parallel loop. A
+    depthwise conv (TOPI's, on a per-channel view of the weight, inlined) reduces over (Kh, Kw)
+    only."""
     blocks = _blocks(sch)
-    conv = next(b for name, b in blocks.items() if name.startswith(("conv2d_nhwc", "Conv2dOutput")))
+    if "weight_hwoi" in blocks:  # generic.compute's view of a depthwise weight
+        sch.compute_inline(blocks.pop("weight_hwoi"))
+    convs = ("conv2d_nhwc", "Conv2dOutput", "DepthwiseConv2d")
+    conv = next(b for name, b in blocks.items() if name.startswith(convs))
     out = list(blocks.values())[-1]
     pads = [b for name, b in blocks.items() if "pad" in name.lower()]
     n, h, *_ = sch.get_loops(out)
@@ -330,7 +374,8 @@ def _schedule_generic(sch, spec: KernelSpec):
         sch.compute_at(conv, rows)
         sch.set_scope(conv, 0, "local")
         kh, kw = spec.kernel_size
-        extents = (1, 1, spec.out_hw[1], spec.out_channels, kh, kw, spec.in_channels)
+        reduction = (kh, kw) if spec.depthwise else (kh, kw, spec.in_channels)
+        extents = (1, 1, spec.out_hw[1], spec.out_channels, *reduction)
         _, _, x, c, *reduction = _tile_loops(sch, conv, rows, extents)
         reduction = [r for r in reduction if r is not None]
         sch.reorder(*reduction, *[l for l in (x, c) if l is not None])

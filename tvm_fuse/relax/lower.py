@@ -1,16 +1,18 @@
 """LowerFusedConv (Relax): every call of a ``tvm_fuse.conv2d_nhwc_fused`` composite -> ``call_tir``.
 
-Last pass of the Relax pipeline, after ``FuseConvBiasAct``. For each call it asks the meeting
-point which algorithm runs the composite's spec (``relax.strategy.with_algorithm``: Winograd
-where the shared cost model expects it to pay, among the tiles the ``algorithm`` and
-``precision`` options allow, ``tvm_fuse.algorithm_options``) and which weight layout that kernel
-wants on the target (``relax.strategy.preferred_spec``), and computes that weight: a constant
-weight with NumPy (``schedules.packing.pack_hwio``, ``schedules.winograd_weights.transform_hwio``),
-any other with Relax ops that ``FoldConstant`` folds once the weight is bound (packing only: a
-conv whose weight is not a constant runs direct). It flattens the bias to ``[Co]`` and calls the
-scheduled PrimFunc of ``relax.kernel.prim_func`` (one per distinct spec, planned for the
-target's cores), which carries the spec. The composite functions are dropped once no call is
-left. It refuses nothing: a spec the fast kernel does not take runs the scheduled generic kernel.
+Last pass of the Relax pipeline, after ``FuseConvBiasAct``. For each call it asks the meeting point
+which algorithm runs the composite's spec (``relax.strategy.with_algorithm``: Winograd where the
+shared cost model expects it to pay, among the tiles the ``algorithm`` and ``precision`` options
+allow, ``tvm_fuse.algorithm_options``) and which weight layout that kernel wants on the target
+(``relax.strategy.preferred_spec``), and computes that weight: a constant weight with NumPy
+(``schedules.packing.pack_hwio``, ``schedules.winograd_weights.transform_hwio``), any other with
+Relax ops that ``FoldConstant`` folds once the weight is bound (packing only: a conv whose weight is
+not a constant runs direct; a depthwise conv's constant weight is checked for NaN and Inf, as the
+Relay backend's ``PackWeights`` does, for ``KernelSpec.finite_weight``). It flattens the bias to
+``[Co]`` and calls the scheduled PrimFunc of ``relax.kernel.prim_func`` (one per distinct spec,
+planned for the target's cores), which carries the spec. The composite functions are dropped once no
+call is left. It refuses nothing: a spec the fast kernel does not take runs the scheduled generic
+kernel.
 
 It also gives the graph's NCHW <-> NHWC transposes (``permute_dims(x, [0, 2, 3, 1])`` and
 ``[0, 3, 1, 2]`` of a 4-D tensor of static shape, which ``ConvertLayoutNHWC`` leaves at the entry
@@ -22,7 +24,9 @@ a 112x112x64 map: 1 ms, against a 3 ms conv).
 from __future__ import annotations
 
 import collections
+import dataclasses
 
+import numpy as np
 import tvm
 from tvm import relax
 
@@ -57,9 +61,14 @@ def _weight_arg(arg, wanted):
     if value is not None and wanted.algorithm == "winograd":
         m, stride = wanted.winograd_tile, wanted.strides[0]
         return compat.constant(winograd_weights.transform_hwio(value, m, lanes, stride))
+    if value is not None and wanted.depthwise:
+        return compat.constant(packing.pack_depthwise_hwio(value, lanes))
     if value is not None:
         return compat.constant(packing.pack_hwio(value, lanes))
     kh, kw, ci, co = compat.tensor_shape(arg)
+    if wanted.depthwise:  # [Kh, Kw, 1, C] -> [C/VL, Kh, Kw, VL]
+        arg = relax.op.reshape(arg, (kh, kw, co // lanes, lanes))
+        return relax.op.permute_dims(arg, [2, 0, 1, 3])
     co_pad = packing.padded_channels(co, lanes)
     if co_pad != co:
         arg = relax.op.nn.pad(arg, [0, 0, 0, 0, 0, 0, 0, co_pad - co])
@@ -104,6 +113,10 @@ class _Lower(relax.PyExprMutator):
         constant = compat.constant_value(weight) is not None
         spec = strategy.with_algorithm(spec, self.target, self.tiles if constant else ())
         wanted = strategy.preferred_spec(spec, self.target)
+        if wanted.depthwise and wanted.lanes is not None and constant:
+            # lets the depthwise kernel read its padded input in place (schedules.depthwise)
+            finite = bool(np.isfinite(compat.constant_value(weight)).all())
+            wanted = dataclasses.replace(wanted, finite_weight=finite)
         tensors = [by_param(chain.data), _weight_arg(weight, wanted)]
         if chain.bias is not None:
             tensors.append(_bias_arg(by_param(chain.bias), spec.out_channels))
@@ -117,7 +130,8 @@ class _Lower(relax.PyExprMutator):
         shape, dtype = compat.tensor_shape(data), compat.tensor_dtype(data)
         key = (transpose, shape, dtype)
         if key not in self.kernels:
-            func = kernel.boundary_transpose(transpose, shape, dtype, compat.simd_lanes(self.target))
+            lanes = compat.simd_lanes(self.target)
+            func = kernel.boundary_transpose(transpose, shape, dtype, lanes)
             self.kernels[key] = self._add(f"tvm_fuse_{transpose}", func)
         axes = transposes.TRANSPOSES[transpose].axes
         out = compat.TensorType([shape[a] for a in axes], dtype)

@@ -32,8 +32,14 @@ TARGET_ATTRS = ("mcpu", "mtriple")
 
 def is_tunable(spec: KernelSpec | None) -> bool:
     """Whether ``spec`` is a kernel the records tune: the direct fast kernel (packed weight);
-    the tiles mean nothing to the generic kernel or to another algorithm."""
-    return spec is not None and spec.lanes is not None and spec.algorithm == "direct"
+    the tiles mean nothing to the generic kernel, to another algorithm or to the depthwise
+    kernel (no knobs: ``schedules.depthwise``)."""
+    return (
+        spec is not None
+        and spec.lanes is not None
+        and spec.algorithm == "direct"
+        and not spec.depthwise
+    )
 
 
 def tiles_text(tiles: tiling.Tiles) -> str:

@@ -6,7 +6,8 @@ x86 LLVM targets for float32 specs whose output is not tiny, its weight packed a
 (``schedules.packing``), VL from the target's CPU features (``compat.simd_lanes``); else the
 generic kernel on the HWIO weight. Which 3x3 convs (stride 1 or 2) run as Winograd, and with
 which tile, is the Relay backend's cost model (``schedules.winograd_tiling``); their weight is
-transformed to ``WINO{m}_{VL}o`` or ``WINO{m}S2_{VL}o`` (``schedules.winograd_weights``).
+transformed to ``WINO{m}_{VL}o`` or ``WINO{m}S2_{VL}o`` (``schedules.winograd_weights``). A
+depthwise conv's weight is packed ``OHW{VL}o`` for the depthwise kernel (``schedules.depthwise``).
 """
 
 from __future__ import annotations
@@ -51,13 +52,17 @@ def with_algorithm(spec: KernelSpec, target, tiles=winograd_tiling.TILES) -> Ker
 
 def preferred_spec(spec: KernelSpec, target) -> KernelSpec:
     """``spec`` with the weight layout its kernel wants on ``target``: the Winograd-domain
-    ``WINO{m}_{VL}o`` for a Winograd spec, packed ``OHWI{VL}o`` for the direct fast kernel, HWIO
+    ``WINO{m}_{VL}o`` for a Winograd spec, packed ``OHWI{VL}o`` for the direct fast kernel,
+    ``OHW{VL}o`` (VL a divisor of C: ``packing.depthwise_lanes``) for the depthwise one, HWIO
     (``spec`` unchanged, direct) for the generic one."""
     if spec.weight.layout != "HWIO":
         return spec
     if fast_path_refusal(spec, target):
         return dataclasses.replace(spec, algorithm="direct", winograd_tile=0)
     lanes = compat.simd_lanes(target)
+    if spec.depthwise:
+        lanes = packing.depthwise_lanes(spec.out_channels, lanes)
+        return dataclasses.replace(spec, weight=packing.packed_depthwise_weight(spec, lanes))
     if spec.algorithm == "winograd":
         return winograd_weights.winograd_spec(spec, spec.winograd_tile, lanes)
     lanes = tiling.direct_lanes(spec.out_channels, lanes, str(target.attrs.get("mcpu", "")))
