@@ -1,5 +1,6 @@
-"""ONNX ``Clip`` through the Relax backend: fused as relu6 (in the importer's order) when its
-bounds are 0 and 6, with the NaN and +-Inf results of the stock build; left alone otherwise."""
+"""``Clip`` through the Relax backend: ONNX's (imported as ``call_tir``s) and Relax's ``R.clip``
+fused as relu6 (each in its own order) when its bounds are 0 and 6, with the NaN and +-Inf
+results of the stock build; left to stock ops otherwise, the graph NHWC either way."""
 
 import numpy as np
 import onnx
@@ -9,11 +10,11 @@ from tvm import relax
 from tvm.relax.frontend.onnx import from_onnx
 
 import tvm_fuse.relax as tfr
-from helpers import op_names, run
+from helpers import conv_nchw, module, op_names, run, tensor_var, transposes
 from reference import assert_close
 from tvm_fuse import onnx_example
 from tvm_fuse.relax import fuse, layout
-from tvm_fuse.relax.clip import RaiseMinMax
+from tvm_fuse.relax.clip import ClipAsMinMax, RaiseMinMax
 from tvm_fuse.relax.fold_bn import FoldBatchNorm
 
 ort = pytest.importorskip("onnxruntime")
@@ -135,3 +136,44 @@ def test_the_refusal_names_the_bounds(clip, tmp_path, target):
     relax.transform.FuseOpsByPattern(patterns, bind_constants=False)(mod)
     assert f"clip({clip[0]}, {clip[1]}) is not relu6" in reasons
 
+
+
+# -- R.clip (R.nn.relu6) in a model built with Relax ops ---------------------------------------
+def _nchw_conv_clip(w, low, high):
+    def body(bb, data):
+        y = bb.emit(conv_nchw(data, w))
+        y = bb.emit(relax.op.clip(y, low, high))
+        return relax.op.nn.max_pool2d(y, 2, 2)
+
+    return module([tensor_var("data", SHAPE)], body)
+
+
+@pytest.mark.parametrize("bounds", [(0.0, 6.0), (0.0, 4.0)], ids=["relu6", "other_bounds"])
+def test_relax_clip_keeps_the_graph_nhwc_and_relu6_fuses(bounds, target):
+    """``ConvertLayout`` has no rule for ``clip``: ``ClipAsMinMax`` makes it ``max(min(x, hi),
+    lo)``, which stays NHWC (the pool after it too) and fuses as relu6 for bounds 0 and 6; the
+    NaN and +-Inf results stay the stock build's, element by element."""
+    w = np.random.default_rng(2).uniform(-0.5, 0.5, (16, 8, 3, 3)).astype("float32")
+    mod = _nchw_conv_clip(w, *bounds)
+    optimized = tfr.optimize(mod, target=target)
+    (spec,) = tfr.describe(optimized)
+    assert spec.activation == ("relu6" if bounds == (0.0, 6.0) else "none")
+    names = op_names(optimized)
+    assert len(transposes(names)) == 2 and names[-1].startswith("relax.call_tir:tvm_fuse_nhwc")
+    x = _input(special=True)
+    got, want = run(tfr.build(mod, target=target), x), run(mod, x, target=target)
+    # the input's NaN makes NaN conv outputs, which clip's order sends to hi (the other order:
+    # to lo); both bounds are reached
+    assert want.max() == bounds[1] and want.min() == bounds[0]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert_close(got, want, rel=1e-5)
+
+
+def test_clip_as_min_max_computes_what_clip_does_and_leaves_ints_alone(target):
+    x = np.array([np.nan, np.inf, -np.inf, -1.5, 0.0, 2.5, 6.0, 7.0], "float32").reshape(1, 8)
+    mod = module([tensor_var("x", x.shape)], lambda bb, v: relax.op.clip(v, 0.0, 6.0))
+    split = ClipAsMinMax()(mod)
+    assert op_names(split) == ["relax.minimum", "relax.maximum"]
+    np.testing.assert_array_equal(run(split, x, target=target), run(mod, x, target=target))
+    ints = module([tensor_var("i", (1, 8), "int32")], lambda bb, v: relax.op.clip(v, 0, 6))
+    assert op_names(ClipAsMinMax()(ints)) == ["relax.clip"]

@@ -1,11 +1,11 @@
 """The Relax backend's API: ``pipeline``, ``optimize``, ``build``, ``describe``.
 
 ``pipeline(target)`` is one ``tvm.transform.Pass`` (use it inside your own ``Sequential``):
-``FoldConstant`` (layout ops on constants with NumPy first) -> ``RaiseMinMax`` ->
-``FoldBatchNorm`` -> ``ConvertLayoutNHWC`` -> ``FuseConvBiasAct`` -> ``LowerFusedConv``.
-``optimize`` binds the params and runs it; ``build`` then compiles with
-``tvm.compile`` (Relax's default pipeline, which leaves the fused kernels as they are: they are
-scheduled and opaque) and returns its executable, to run with ``relax.VirtualMachine``.
+``FoldConstant`` (layout ops on constants with NumPy first) -> ``RaiseMinMax`` -> ``ClipAsMinMax``
+-> ``FoldBatchNorm`` -> ``ConvertLayoutNHWC`` -> ``FuseConvBiasAct`` -> ``LowerFusedConv``.
+``optimize`` binds the params and runs it; ``build`` then compiles with ``tvm.compile`` (Relax's
+default pipeline, which leaves the fused kernels as they are: they are scheduled and opaque) and
+returns its executable, to run with ``relax.VirtualMachine``.
 Before ``tvm.compile``, ``build`` legalizes the stock ops left (refused convs, pooling, ...) and
 gives them ``ScheduleFallback``'s parallel, vectorized schedule, which stock Relax does not.
 ``describe`` lists the fused kernels' task descriptions in the order ``main`` calls them.
@@ -22,7 +22,7 @@ from tvm import relax
 
 from ..spec import KernelSpec
 from . import compat, kernel, records
-from .clip import RaiseMinMax
+from .clip import ClipAsMinMax, RaiseMinMax
 from .fallback import ScheduleFallback
 from .fold_bn import FoldBatchNorm
 from .fuse import FuseConvBiasAct, spec_of_function
@@ -41,6 +41,7 @@ def pipeline(target=None, algorithm="auto", precision="default") -> tvm.transfor
             FoldConstantTransforms(),
             relax.transform.FoldConstant(),
             RaiseMinMax(),
+            ClipAsMinMax(),
             FoldBatchNorm(),
             ConvertLayoutNHWC(),
             FuseConvBiasAct(),

@@ -9,6 +9,14 @@ raised only when its PrimFunc is, structurally, what TOPI's ``maximum``/``minimu
 (same operand order, same dtype, no broadcast of ``x``): the raised op legalizes to the same
 expression, so NaN and +-Inf come out as before (``min(max(NaN, 0), 6)`` is 0, not clip's 6).
 Every other ``call_tir`` is left as it is.
+
+ClipAsMinMax (Relax): ``R.clip(x, lo, hi)`` of a float tensor (``R.nn.relu6`` included) becomes
+``R.maximum(R.minimum(x, hi), lo)``, the expression ``clip`` legalizes to (TOPI's ``clip``:
+``max(min(x, hi), lo)``, NaN -> hi), so every value, NaN and +-Inf included, stays the same.
+``ConvertLayout`` has no layout rule for ``clip``: left as it is, each clip after an NHWC conv
+got a transpose back to NCHW before it (and the ops after it stayed NCHW), and
+``FuseConvBiasAct`` never saw a relu6 after the conv; ``minimum``/``maximum`` carry NHWC through,
+and the fusion takes that pair as ``relu6``.
 """
 
 from __future__ import annotations
@@ -32,6 +40,29 @@ def RaiseMinMax() -> tvm.transform.Pass:  # pylint: disable=invalid-name  (TVM's
         return _Raiser(mod).visit_expr(func)
 
     return relax.transform.function_pass(opt_level=0, name="tvm_fuse.RaiseMinMax")(transform)
+
+
+def ClipAsMinMax() -> tvm.transform.Pass:  # pylint: disable=invalid-name  (TVM's pass style)
+    """The pass: every ``R.clip`` of a float tensor as ``R.maximum(R.minimum(x, hi), lo)``."""
+
+    def transform(func, _mod, _ctx):
+        if not isinstance(func, relax.Function):
+            return func
+        return _ClipSplitter().visit_expr(func)
+
+    return relax.transform.function_pass(opt_level=0, name="tvm_fuse.ClipAsMinMax")(transform)
+
+
+def as_min_max(call):
+    """``R.maximum(R.minimum(x, hi), lo)`` for ``call`` = ``R.clip(x, lo, hi)`` of a float
+    tensor, else None."""
+    if not (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op)):
+        return None
+    dtype = _dtype(call.args[0]) if call.op.name == "relax.clip" else None
+    if dtype is None or not dtype.startswith("float"):
+        return None
+    low, high = (relax.const(compat.prim_value(bound), dtype) for bound in call.args[1:])
+    return relax.op.maximum(relax.op.minimum(call.args[0], high), low)
 
 
 def raised(mod, call):
@@ -115,3 +146,11 @@ class _Raiser(relax.PyExprMutator):
         call = super().visit_call_(call)
         op = raised(self.mod_, call)
         return call if op is None else op
+
+
+@relax.expr_functor.mutator
+class _ClipSplitter(relax.PyExprMutator):
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        split = as_min_max(call)
+        return call if split is None else split

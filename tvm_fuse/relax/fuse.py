@@ -16,7 +16,9 @@ with another consumer or returned by the function, a grouped conv that is not de
 shapes, a residual that broadcasts, ``clip`` with bounds other than 0 and 6.
 ONNX's ``Clip(0, 6)`` arrives as ``R.minimum(R.maximum(x, 0), 6)`` once ``RaiseMinMax`` (``clip``)
 has turned the importer's two ``call_tir`` back into ops: it is fused as ``relu6_max_first``, the
-order that keeps the import's NaN -> 0; other bounds are refused.
+order that keeps the import's NaN -> 0; Relax's ``R.clip`` (``R.nn.relu6``) arrives as
+``R.maximum(R.minimum(x, 6), 0)`` once ``ClipAsMinMax`` ran, or as itself: ``relu6``, NaN -> 6.
+Other bounds are refused.
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ COMPOSITE = "tvm_fuse.conv2d_nhwc_fused"
 SPEC_ATTR = "tvm_fuse.spec"
 
 
-def _relu6(x):  # R.nn.relu6(x) is R.clip(x, 0, 6)
-    return is_op("relax.clip")(x, wildcard(), wildcard())
+def _relu6(x):  # R.nn.relu6(x) is R.clip(x, 0, 6); ClipAsMinMax gives max(min(x, 6), 0)
+    min_first = is_op("relax.maximum")(is_op("relax.minimum")(x, is_const()), is_const())
+    return is_op("relax.clip")(x, wildcard(), wildcard()) | min_first
 
 
 def _relu6_max_first(x):  # ONNX's Clip(x, 0, 6) as RaiseMinMax gives it
@@ -147,13 +150,14 @@ def _op_name(call) -> str:
 
 
 def _clip_bounds(call, bindings):
-    """(low, high) of ``clip(x, low, high)`` or of ``minimum(maximum(x, low), high)`` (its
-    inner call looked up in ``bindings``), else None."""
+    """(low, high) of ``clip(x, low, high)``, ``minimum(maximum(x, low), high)`` or
+    ``maximum(minimum(x, high), low)`` (the inner call looked up in ``bindings``), else None."""
     if _op_name(call) == "relax.clip":
         return tuple(float(compat.prim_value(a)) for a in call.args[1:])
-    if _op_name(call) == "relax.minimum":
+    if _op_name(call) in ("relax.minimum", "relax.maximum"):
         inner = bindings.get(call.args[0], call.args[0])
-        return float(compat.prim_value(inner.args[1])), float(compat.prim_value(call.args[1]))
+        bounds = float(compat.prim_value(inner.args[1])), float(compat.prim_value(call.args[1]))
+        return bounds if _op_name(call) == "relax.minimum" else bounds[::-1]
     return None
 
 
@@ -217,7 +221,8 @@ def _activation_name(value) -> str:
     return {
         "relax.nn.relu": "relu",
         "relax.clip": "relu6",
-        "relax.maximum": "relu6_max_first",
+        # the pair's outer op names it: max(min(x, 6), 0) is relu6, min(max(x, 0), 6) the other
+        "relax.maximum": "relu6",
         "relax.minimum": "relu6_max_first",
         "relax.nn.leakyrelu": "leaky_relu",
         "relax.sigmoid": "sigmoid",
