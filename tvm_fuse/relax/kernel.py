@@ -324,7 +324,7 @@ def _schedule_depthwise(sch, spec: KernelSpec):
     kh, kw = spec.kernel_size
     _, _, pixels, lane, *reduction = _tile_loops(sch, conv, c_vec, (1, 1, owb, lanes, kh, kw))
     reduction = [r for r in reduction if r is not None]
-    tile = [l for l in (pixels,) if l is not None]
+    tile = [] if pixels is None else [pixels]  # a tile of one pixel has no loop
     sch.reorder(*reduction, *tile, lane)
     for loop in (*reduction, *tile):
         sch.unroll(loop)
