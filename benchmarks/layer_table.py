@@ -76,18 +76,19 @@ LAYERS = {
 
 def _onnx_layer(layer: Layer):
     return lambda path: onnx_example.conv_bn_act(
-        path, layer.data_shape, layer.cout, layer.kernel, layer.stride, layer.pad
+        path, layer.data_shape, layer.cout, layer.kernel, layer.stride, layer.pad,
+        groups=layer.groups,
     )
 
 
 #: Name -> writer of the ONNX model to a path: the residual block (64 channels, 56x56), ResNets
-#: and MobileNet-v2 at 224x224 with BatchNorm kept, and each layer with groups=1.
+#: and MobileNet-v2 at 224x224 with BatchNorm kept, and each layer (the depthwise one too).
 ONNX_MODELS = {
     "block": lambda path: onnx_example.residual_block(path, cin=64, channels=64, size=56),
     "resnet18": lambda path: onnx_example.resnet(path, 18),
     "resnet50": lambda path: onnx_example.resnet(path, 50),
     "mobilenet_v2": onnx_example.mobilenet_v2,
-    **{f"layer:{n}": _onnx_layer(layer) for n, layer in LAYERS.items() if layer.groups == 1},
+    **{f"layer:{n}": _onnx_layer(layer) for n, layer in LAYERS.items()},
 }
 
 
