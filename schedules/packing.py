@@ -9,6 +9,8 @@ Co that is not a multiple of VL is padded with zero output channels up to whole 
 kernel computes them and never stores them.
 """
 
+import dataclasses
+
 import numpy as np
 
 from ..spec import TensorSpec
@@ -64,6 +66,15 @@ def packed_depthwise_weight(spec, lanes: int) -> TensorSpec:
     kh, kw = spec.kernel_size
     shape = (spec.out_channels // lanes, kh, kw, lanes)
     return TensorSpec(shape, f"OHW{int(lanes)}o", spec.weight.dtype)
+
+
+def with_finite_weight(wanted, weight: np.ndarray):
+    """``wanted`` (a packed spec) with ``finite_weight`` set from the values of its constant
+    ``weight`` where its kernel reads the fact: the depthwise one, which then reads a padded
+    input in place (``schedules.depthwise``); other specs as they are."""
+    if not wanted.depthwise:
+        return wanted
+    return dataclasses.replace(wanted, finite_weight=bool(np.isfinite(weight).all()))
 
 
 def pack_depthwise_hwio(weight: np.ndarray, lanes: int) -> np.ndarray:

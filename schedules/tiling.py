@@ -58,12 +58,13 @@ This module is plain Python: it knows nothing of TE.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import packing
+from . import packing, winograd_weights
 
 #: Widest register tile along Wo the model considers.
 MAX_OWB = 16
@@ -299,6 +300,21 @@ def direct_lanes(channels: int, lanes: int, mcpu: str) -> int:
         return lanes
     wide, narrow = (packing.padded_channels(channels, n) for n in (lanes, half))
     return half if wide > NARROW_PADDING_GAIN * narrow else lanes
+
+
+def fast_weight_spec(spec, lanes: int, mcpu: str):
+    """``spec`` (a ``KernelSpec`` on an HWIO weight, which the fast path takes) with the weight
+    its x86 kernel wants on a target of ``lanes`` fp32 lanes and CPU ``mcpu``: ``OHW{VL}o`` for a
+    depthwise conv (VL a divisor of C: ``packing.depthwise_lanes``), ``WINO{m}_{VL}o`` for a
+    Winograd one (``schedules.winograd_weights``), else ``OHWI{VL}o`` (VL: :func:`direct_lanes`).
+    Both backends' strategies answer with it once ``fast_path_refusal`` finds nothing."""
+    if spec.depthwise:
+        lanes = packing.depthwise_lanes(spec.out_channels, lanes)
+        return dataclasses.replace(spec, weight=packing.packed_depthwise_weight(spec, lanes))
+    if spec.algorithm == "winograd":
+        return winograd_weights.winograd_spec(spec, spec.winograd_tile, lanes)
+    lanes = direct_lanes(spec.out_channels, lanes, mcpu)
+    return dataclasses.replace(spec, weight=packing.packed_weight(spec, lanes))
 
 
 def tile_score(machine: Machine, owb: int, ocb: int, wo: int, weight_cost: float = 1) -> float:

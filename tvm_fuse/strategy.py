@@ -29,7 +29,7 @@ from tvm.target import override_native_generic_func
 from . import boundary_ops
 from .op import OP_NAME, spec_of_attrs
 from .schedules import conv2d_nhwc_fused as fast
-from .schedules import depthwise, generic, packing, tiling, transposes, winograd
+from .schedules import depthwise, generic, tiling, transposes, winograd
 from .schedules import winograd_tiling, winograd_weights
 from .spec import KernelSpec
 
@@ -101,19 +101,13 @@ def preferred_spec(spec: KernelSpec, target) -> KernelSpec:
     this for every fused call and computes the packed weight with Relay ops. The Winograd
     algorithm (chosen by the graph half): the weight transformed to ``WINO{m}_{VL}o``
     (``schedules.winograd_weights``). A depthwise conv: ``OHW{VL}o``, VL a divisor of C
-    (``packing.depthwise_lanes``), for ``schedules.depthwise``."""
+    (``packing.depthwise_lanes``), for ``schedules.depthwise``. The fast path's layouts are
+    ``tiling.fast_weight_spec``'s, which the Relax backend's strategy asks too."""
     if spec.weight.layout != "HWIO":
         return spec
     if fast_path_refusal(spec, target):
         return dataclasses.replace(spec, algorithm="direct", winograd_tile=0)
-    lanes = simd_lanes(target)
-    if spec.depthwise:
-        lanes = packing.depthwise_lanes(spec.out_channels, lanes)
-        return dataclasses.replace(spec, weight=packing.packed_depthwise_weight(spec, lanes))
-    if spec.algorithm == "winograd":
-        return winograd_weights.winograd_spec(spec, spec.winograd_tile, lanes)
-    lanes = tiling.direct_lanes(spec.out_channels, lanes, str(target.attrs.get("mcpu", "")))
-    return dataclasses.replace(spec, weight=packing.packed_weight(spec, lanes))
+    return tiling.fast_weight_spec(spec, simd_lanes(target), str(target.attrs.get("mcpu", "")))
 
 
 def reads_nchw_data(spec: KernelSpec) -> bool:

@@ -26,8 +26,6 @@ packed keep their HWIO weight.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import tvm
 from tvm import relay
@@ -95,9 +93,8 @@ class _Packer(DFPatternCallback):
         if wanted.weight == spec.weight:
             return rebuilt
         args = fused_op.call_arguments(rebuilt)
-        if wanted.depthwise and isinstance(args["weight"], relay.Constant):
-            finite = bool(np.isfinite(args["weight"].data.numpy()).all())
-            wanted = dataclasses.replace(wanted, finite_weight=finite)
+        if isinstance(args["weight"], relay.Constant):
+            wanted = packing.with_finite_weight(wanted, args["weight"].data.numpy())
         args["weight"] = packed_weight_expr(args["weight"], spec, wanted)
         return fused_op.fused_call(wanted, **args)
 

@@ -24,9 +24,7 @@ a 112x112x64 map: 1 ms, against a 3 ms conv).
 from __future__ import annotations
 
 import collections
-import dataclasses
 
-import numpy as np
 import tvm
 from tvm import relax
 
@@ -110,13 +108,11 @@ class _Lower(relax.PyExprMutator):
         args = dict(zip([p.same_as for p in func.params], call.args))
         by_param = lambda param: next(a for same, a in args.items() if same(param))  # noqa: E731
         weight = by_param(chain.weight)
-        constant = compat.constant_value(weight) is not None
-        spec = strategy.with_algorithm(spec, self.target, self.tiles if constant else ())
+        value = compat.constant_value(weight)
+        spec = strategy.with_algorithm(spec, self.target, self.tiles if value is not None else ())
         wanted = strategy.preferred_spec(spec, self.target)
-        if wanted.depthwise and wanted.lanes is not None and constant:
-            # lets the depthwise kernel read its padded input in place (schedules.depthwise)
-            finite = bool(np.isfinite(compat.constant_value(weight)).all())
-            wanted = dataclasses.replace(wanted, finite_weight=finite)
+        if value is not None and wanted.lanes is not None:
+            wanted = packing.with_finite_weight(wanted, value)
         tensors = [by_param(chain.data), _weight_arg(weight, wanted)]
         if chain.bias is not None:
             tensors.append(_bias_arg(by_param(chain.bias), spec.out_channels))

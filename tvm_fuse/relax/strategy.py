@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..schedules import packing, tiling, winograd_tiling, winograd_weights
+from ..schedules import tiling, winograd_tiling
 from ..spec import KernelSpec
 from . import compat
 
@@ -54,16 +54,11 @@ def preferred_spec(spec: KernelSpec, target) -> KernelSpec:
     """``spec`` with the weight layout its kernel wants on ``target``: the Winograd-domain
     ``WINO{m}_{VL}o`` for a Winograd spec, packed ``OHWI{VL}o`` for the direct fast kernel,
     ``OHW{VL}o`` (VL a divisor of C: ``packing.depthwise_lanes``) for the depthwise one, HWIO
-    (``spec`` unchanged, direct) for the generic one."""
+    (``spec`` unchanged, direct) for the generic one; the fast path's layouts are
+    ``tiling.fast_weight_spec``'s, as on Relay."""
     if spec.weight.layout != "HWIO":
         return spec
     if fast_path_refusal(spec, target):
         return dataclasses.replace(spec, algorithm="direct", winograd_tile=0)
-    lanes = compat.simd_lanes(target)
-    if spec.depthwise:
-        lanes = packing.depthwise_lanes(spec.out_channels, lanes)
-        return dataclasses.replace(spec, weight=packing.packed_depthwise_weight(spec, lanes))
-    if spec.algorithm == "winograd":
-        return winograd_weights.winograd_spec(spec, spec.winograd_tile, lanes)
-    lanes = tiling.direct_lanes(spec.out_channels, lanes, str(target.attrs.get("mcpu", "")))
-    return dataclasses.replace(spec, weight=packing.packed_weight(spec, lanes))
+    mcpu = str(target.attrs.get("mcpu", ""))
+    return tiling.fast_weight_spec(spec, compat.simd_lanes(target), mcpu)
