@@ -41,8 +41,8 @@ LAYERS = [
     (
         "graph half",
         ["passes", "passes.*", "params"]
-        + ["relax.fold_bn", "relax.layout", "relax.clip", "relax.fuse", "relax.lower"]
-        + ["relax.records"],
+        + ["relax.fold_bn", "relax.layout", "relax.clip", "relax.dense", "relax.fuse"]
+        + ["relax.lower", "relax.records"],
     ),
     ("memory plan", ["memory", "memory.*", "relax.memory", "relax.offsets"]),
     ("pipeline", ["api", "relax.api"]),

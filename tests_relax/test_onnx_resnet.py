@@ -26,11 +26,15 @@ def test_onnx_resnet_matches_onnxruntime(depth, tmp_path, target):
     mod = from_onnx(model, keep_params_in_input=False)
     optimized = tfr.optimize(mod, target=target)
     specs = tfr.describe(optimized)
-    assert len(specs) == convs  # every conv, its BN folded, fused
+    # every conv, its BN folded, fused; then the classifier as a 1x1 conv with its bias
+    assert len(specs) == convs + 1
+    classifier = specs[-1]
+    assert classifier.ops == ("conv2d", "bias") and classifier.out.shape == (1, 1, 1, 1000)
     assert sum(s.residual is not None for s in specs) == blocks  # one per block
     names = op_names(optimized)
     assert len(transposes(names)) == 2
-    assert not {"relax.nn.conv2d", "relax.nn.batch_norm", "relax.nn.relu"} & set(names)
+    stock_ops = {"relax.nn.conv2d", "relax.nn.batch_norm", "relax.nn.relu", "relax.matmul"}
+    assert not stock_ops & set(names)
     x = np.random.default_rng(1).standard_normal((1, 3, 224, 224)).astype("float32")
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     want = session.run(None, {"data": x})[0]

@@ -2,7 +2,7 @@
 
 ``optimize``, ``build``, ``describe``, ``pipeline``, ``memory_plan`` and ``tune`` load on first
 use, so that importing this package imports no TVM. The graph half (``fold_bn``, ``clip``,
-``layout``, ``fuse``, ``lower``, ``records``) rewrites a Relax module, ``memory`` places its
+``layout``, ``dense``, ``fuse``, ``lower``, ``records``) rewrites a Relax module, ``memory`` places its
 activations for the VM; the kernel half (``kernel``, ``winograd``) schedules the shared TE
 compute of ``schedules/`` with TensorIR; ``strategy`` is where they meet; ``tuning`` searches
 the kernels' tiles; ``compat`` is the only module that knows apache-tvm's

@@ -2,7 +2,8 @@
 
 ``pipeline(target)`` is one ``tvm.transform.Pass`` (use it inside your own ``Sequential``):
 ``FoldConstant`` (layout ops on constants with NumPy first) -> ``RaiseMinMax`` -> ``ClipAsMinMax``
--> ``FoldBatchNorm`` -> ``ConvertLayoutNHWC`` -> ``FuseConvBiasAct`` -> ``LowerFusedConv``.
+-> ``FoldBatchNorm`` -> ``ConvertLayoutNHWC`` -> ``DenseAsConv`` -> ``FuseConvBiasAct`` ->
+``LowerFusedConv``.
 ``optimize`` binds the params and runs it; ``build`` then compiles with ``tvm.compile`` (Relax's
 default pipeline, which leaves the fused kernels as they are: they are scheduled and opaque) and
 returns its executable, to run with ``relax.VirtualMachine``.
@@ -23,6 +24,7 @@ from tvm import relax
 from ..spec import KernelSpec
 from . import compat, kernel, records
 from .clip import ClipAsMinMax, RaiseMinMax
+from .dense import DenseAsConv
 from .fallback import ScheduleFallback
 from .fold_bn import FoldBatchNorm
 from .fuse import FuseConvBiasAct, spec_of_function
@@ -44,6 +46,7 @@ def pipeline(target=None, algorithm="auto", precision="default") -> tvm.transfor
             ClipAsMinMax(),
             FoldBatchNorm(),
             ConvertLayoutNHWC(),
+            DenseAsConv(target),
             FuseConvBiasAct(),
             lower,
         ],
