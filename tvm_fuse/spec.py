@@ -188,6 +188,12 @@ class KernelSpec:
             groups=groups,
         )
 
+    @classmethod
+    def dense(cls, n: int, k: int, m: int, dtype: str = "float32") -> KernelSpec:
+        """The spec of a dense layer ``x [N, K] . W [K, M]`` as both backends' ``DenseAsConv``
+        rewrite it: a 1x1 conv of a 1 x N map of K channels into M."""
+        return cls.conv((1, 1, n, k), (1, 1, k, m), dtype=dtype)
+
     def with_epilogue(self, bias: bool = False, residual: bool = False, **fields) -> KernelSpec:
         """This spec grown by a [Co] bias and/or an output-shaped residual (when True), with
         other ``fields`` (activation, alpha) replaced."""

@@ -137,7 +137,7 @@ class _DenseCallback(DFPatternCallback):
         return all(self._counts[node] == 1 for node in inner)
 
     def _fast(self, n: int, k: int, m: int) -> bool:
-        spec = KernelSpec.conv((1, 1, n, k), (1, 1, k, m)).with_epilogue(self.with_bias)
+        spec = KernelSpec.dense(n, k, m).with_epilogue(self.with_bias)
         return strategy.fast_path_refusal(spec, self.target) is None
 
 

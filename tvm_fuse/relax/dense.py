@@ -80,7 +80,7 @@ class _Rewriter:
 
     def _fast(self, sizes, bias) -> bool:
         n, k, m = sizes
-        spec = KernelSpec.conv((1, 1, n, k), (1, 1, k, m)).with_epilogue(bias is not None)
+        spec = KernelSpec.dense(n, k, m).with_epilogue(bias is not None)
         return strategy.fast_path_refusal(spec, self.target) is None
 
 
