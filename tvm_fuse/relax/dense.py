@@ -12,14 +12,15 @@ its packed weight, split across the cores by output channels). In the pipeline a
                                     data_layout="NHWC", kernel_layout="HWIO"), B as [M]), [N, M])
 
 which computes the same sums of the same products, so NaN and Inf come out where the matmul gave
-them; ``FuseConvBiasAct`` then fuses the conv and its bias into one kernel. An activation after
-the layer stays a stock op after the reshape (on [N, M] values, next to nothing). Left alone: a
-weight that is not a constant (params not bound), other dtypes, an ``%x`` of another rank (a
-batched matmul), and a layer the fast kernel would refuse on the target
-(``strategy.fast_path_refusal``, e.g. a tiny output: stock ops are the better choice there). A
-matmul that another op reads besides its bias sum is computed once all the same: both rewrites
-build the same conv, which Relax binds once, and ``FuseConvBiasAct`` leaves the bias of a conv
-output with two readers to a stock add.
+them. An activation after the layer (a form of ``fuse.RELAX_ACTIVATIONS``: ReLU, ReLU6, leaky ReLU,
+sigmoid, SiLU) is then moved in front of the reshape back to [N, M], onto the conv's output:
+element-wise ops give the same values position by position in either shape. ``FuseConvBiasAct`` then
+fuses the conv, its bias and its activation into one kernel. Left alone: a weight that is not a
+constant (params not bound), other dtypes, an ``%x`` of another rank (a batched matmul), and a layer
+the fast kernel would refuse on the target (``strategy.fast_path_refusal``, e.g. a tiny output:
+stock ops are the better choice there). A matmul that another op reads besides its bias sum is
+computed once all the same: both rewrites build the same conv, which Relax binds once, and
+``FuseConvBiasAct`` leaves the bias of a conv output with two readers to a stock add.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
 
 from ..spec import KernelSpec
 from . import compat, strategy
+from .fuse import RELAX_ACTIVATIONS
 
 
 def DenseAsConv(target=None) -> tvm.transform.Pass:  # pylint: disable=invalid-name  (pass style)
@@ -45,8 +47,9 @@ def DenseAsConv(target=None) -> tvm.transform.Pass:  # pylint: disable=invalid-n
 
 
 class _Rewriter:
-    """The two rewrites of one function: dense layers with a bias first (a bare matmul matched
-    first would leave the bias outside the conv), then the bare ones."""
+    """The rewrites of one function: dense layers with a bias first (a bare matmul matched
+    first would leave the bias outside the conv), then the bare ones, then the activations
+    after them moved onto the convs."""
 
     def __init__(self, target, func):
         self.target, self.func = target, func
@@ -58,7 +61,8 @@ class _Rewriter:
             self.bias, self.matmul
         )
         self.func = rewrite_call(biased, self._rewrite, self.func)
-        return rewrite_call(self.matmul, self._rewrite, self.func)
+        self.func = rewrite_call(self.matmul, self._rewrite, self.func)
+        return _ActivationMover(self.func).run()
 
     def _rewrite(self, matched, found):
         dense = found[self.matmul]
@@ -98,3 +102,66 @@ def _sizes(dense, bias) -> tuple[int, int, int] | None:
     if bias is not None and compat.tensor_shape(bias) not in ((m,), (1, m)):
         return None
     return n, k, m
+
+
+class _ActivationMover:
+    """``act(reshape(conv [+ constant], shape))`` -> ``reshape(act(conv [+ constant]), shape)``
+    for the activation forms of ``fuse.RELAX_ACTIVATIONS`` (the reshape back to [N, M] the
+    rewrite left between a dense layer's conv and its activation). The activation's ops are
+    rebuilt over the conv's output as they were, attributes and constants kept. Left alone: an
+    activation with a constant that is not a scalar (it could broadcast to another shape), and
+    one whose input or steps have readers besides it (the conv's output would have two readers,
+    which ``FuseConvBiasAct`` does not fuse)."""
+
+    def __init__(self, func):
+        self.func = func
+        conv = is_op("relax.nn.conv2d")(wildcard(), is_const())
+        self.conv = conv | is_op("relax.add")(conv, is_const())
+        self.reshaped = is_op("relax.reshape")(self.conv, wildcard())
+        self.values = self.users = self.bound_to = None
+
+    def run(self):
+        """One activation form at a time (SiLU's ``sigmoid(x)`` is not moved alone: ``x`` has
+        the product as a second reader)."""
+        for form in RELAX_ACTIVATIONS.values():
+            if form is not None:
+                self._analyse()
+                self.func = rewrite_call(form(self.reshaped), self._move, self.func)
+        return self.func
+
+    def _analyse(self):
+        self.values = relax.analysis.get_var2val(self.func)
+        self.bound_to = {value: var for var, value in self.values.items()}
+        self.users = {}
+        for block in self.func.body.blocks:
+            if isinstance(block, relax.DataflowBlock):
+                self.users.update(relax.analysis.udchain(block))
+
+    def _move(self, matched, found):
+        reshape, steps = found[self.reshaped], []
+        moved = _rebuilt(matched, reshape.same_as, self.values, found[self.conv], steps)
+        inside = set(steps) | {self.bound_to.get(matched)}
+        for var in steps:
+            if not isinstance(var, relax.DataflowVar) or not set(self.users.get(var, ())) <= inside:
+                return matched
+        return matched if moved is None else relax.op.reshape(moved, reshape.args[1])
+
+
+def _rebuilt(expr, is_input, values, new_input, steps):
+    """``expr``, element-wise ops over an input (a call that ``is_input``, or a var bound to
+    it), rebuilt over ``new_input``; its vars followed to their calls and listed in ``steps``.
+    None where it has a constant that is not a scalar."""
+    value = values.get(expr) if isinstance(expr, relax.Var) else expr
+    if isinstance(expr, relax.Var) and value is not None:
+        steps.append(expr)
+    if value is not None and is_input(value):
+        return new_input
+    constant = compat.constant_value(expr)
+    if constant is not None:
+        return expr if constant.ndim == 0 else None
+    if not isinstance(value, relax.Call):
+        return expr
+    args = [_rebuilt(arg, is_input, values, new_input, steps) for arg in value.args]
+    if any(arg is None for arg in args):
+        return None
+    return relax.Call(value.op, args, value.attrs)  # element-wise ops: no type arguments
