@@ -210,7 +210,7 @@ def _schedule_register_tile(cfg, s, conv, pixels, channels, outer=()):
     # the next parallel iteration reads the next group of ocb Co blocks (the packed weight's
     # outermost axis), or the same one again (rows of a Co block): prefetch the next group
     group = cfg["ocb"].val * math.prod(int(d) for d in conv.op.input_tensors[1].shape[1:])
-    if tiling.prefetches_next_slice(group):
+    if tiling.prefetches_next_group(group, bool(cfg["co_outer"].val)):
         lowering.mark(s[conv], rc_in, group)
 
 

@@ -489,21 +489,34 @@ def tiles_for(spec) -> Tiles:
 
 def co_blocks_outside_rows(spec) -> bool:
     """Whether the direct kernel of ``spec`` (a ``KernelSpec``) splits its parallel loop by Co
-    blocks before rows: where its weight outweighs its input, so that each core streams its
-    half of the weight once rather than all of it for each of its rows, unless the whole weight
-    fits in a third of the L2 (room left for the input rows, the output and the next slice's
-    prefetch): then split by rows, each core keeps all of it in its own L2 and reads its input
-    rows once for every Co block. On emeraldrapids (2 MiB L2) the forced direct l2 (28x28x128,
-    576 KiB of weight) ran at 95-97 against 76 % of the FMA peak on 1 thread and 60-77 against
-    57-67 % on 2 (4 runs, the peak timed in the same rounds); ResNet-18 with every conv direct
-    in 0.943x and 0.993x the time, as built (its 14x14 -> 7x7 1x1 conv changes) 0.972x (15
-    interleaved rounds each). The 1x1 1024 -> 256 at 14x14 (1 MiB) and a stride-2 256 -> 256
-    (2.25 MiB) keep their Co blocks outside (rows: 79 against 92 % and 33 against 88 %)."""
+    blocks before rows: where its weight outweighs its input, so that each core streams its half of
+    the weight once rather than all of it for each of its rows, unless the whole weight fits in a
+    third of the L2 (room left for the input rows and the output): then split by rows, each core
+    keeps all of it in its own L2 and reads its input rows once for every Co block. On emeraldrapids
+    (2 MiB L2) the forced direct l2 (28x28x128, 576 KiB of weight) ran at 95-97 against 76 % of the
+    FMA peak on 1 thread and 60-77 against 57-67 % on 2 (4 runs, the peak timed in the same rounds);
+    ResNet-18 with every conv direct in 0.943x and 0.993x the time, as built (its 14x14 -> 7x7 1x1
+    conv changes) 0.972x (15 interleaved rounds each). The 1x1 1024 -> 256 at 14x14 (1 MiB) and a
+    stride-2 256 -> 256 (2.25 MiB) keep their Co blocks outside (rows: 79 against 92 % and 33
+    against 88 %)."""
     kh, kw = spec.kernel_size
     weight = kh * kw * spec.in_channels * spec.out_channels
     if weight <= math.prod(spec.data.shape):  # the input (NHWC or, for a stem, NCHW)
         return False
     return 3 * weight * 4 > host_l2_bytes()  # float32
+
+
+def prefetches_next_group(values: int, co_blocks_outside: bool) -> bool:
+    """Whether the direct kernel, its weight read by groups of ``values`` (float32), prefetches
+    the group its next parallel iteration reads (:func:`prefetches_next_slice`): only where its
+    parallel loop takes Co blocks before rows (``co_blocks_outside``). With rows first, each
+    iteration reads the next group, every group once per row; the whole weight stays in cache
+    (:func:`co_blocks_outside_rows` puts rows first only where it fits a third of the L2), and
+    where no loop inside the iteration rereads its group (flat tiles) every step of the kernel
+    would prefetch. Such a prefetch made the stride-2 ``seed`` conv (64 -> 128, 3x3 on 56x56,
+    flat tiles) 1.32x as long warm and 1.15x with its caches flushed (znver3, kernels alone,
+    21 interleaved rounds)."""
+    return co_blocks_outside and prefetches_next_slice(values)
 
 
 def prefetches_next_slice(values: int) -> bool:

@@ -220,9 +220,9 @@ def test_both_parallel_orders_compute_the_conv(case, co_outer, rng, monkeypatch)
     assert any(name.startswith("c" if co_outer else rows_first) for name in loops), loops
 
 
-#: Kernels with several groups of Co blocks, so a next slice to prefetch: tiles along Wo with
-#: rows first, the same with Co blocks first (the weight outweighs the input), flat tiles with
-#: Co blocks first.
+#: Kernels with several groups of Co blocks, so a next slice to prefetch once their parallel
+#: loop takes Co blocks first (``tiling.prefetches_next_group``): tiles along Wo on a wide map and
+#: a narrow one, flat tiles.
 PREFETCH_CASES = {
     "rows_w40": (1, 40, 8, 128, 3, 1, 1, (1, 1, 1, 1)),
     "rows_co_first_w12": (1, 12, 8, 128, 3, 1, 1, (1, 1, 1, 1)),
@@ -237,11 +237,12 @@ ISAS = {"host": None, "avx2": tvm.target.Target("llvm -mcpu=znver3 -num-cores=2"
 
 @pytest.mark.parametrize("isa", ISAS.values(), ids=ISAS.keys())
 @pytest.mark.parametrize("case", PREFETCH_CASES.values(), ids=PREFETCH_CASES.keys())
-def test_each_weight_vector_of_the_next_co_blocks_is_prefetched_once(case, isa):
-    """The parallel loop's next iteration reads the next ocb Co blocks (rows first), or the
-    same ones for its next row (Co blocks first): each weight vector of a Ci step is prefetched
-    ocb Co blocks ahead, ocb x Kh x Kw x Ci x VL elements, in one of the passes over the slice
+def test_each_weight_vector_of_the_next_co_blocks_is_prefetched_once(case, isa, monkeypatch):
+    """With Co blocks first, the parallel loop's next iteration reads the same ocb Co blocks for
+    its next row, or the next ocb: each weight vector of a Ci step is prefetched ocb Co blocks
+    ahead, ocb x Kh x Kw x Ci x VL elements, in one of the passes over the slice
     (``lowering``)."""
+    monkeypatch.setattr(tiling, "co_blocks_outside_rows", lambda spec: True)
     _, _, ci, _, kernel, *_ = case
     with lowering.lowering_context():
         s, args, lanes = te_kernel(*case, target=isa)
@@ -255,7 +256,21 @@ def test_each_weight_vector_of_the_next_co_blocks_is_prefetched_once(case, isa):
 
 @pytest.mark.parametrize("isa", ISAS.values(), ids=ISAS.keys())
 @pytest.mark.parametrize("case", PREFETCH_CASES.values(), ids=PREFETCH_CASES.keys())
-def test_the_prefetching_kernels_compute_the_conv(case, isa, rng):
+def test_no_prefetch_where_the_parallel_loop_takes_rows_first(case, isa, monkeypatch):
+    """Rows first: each iteration reads the next group, every group once per row, the whole
+    weight in cache; a prefetch would only cost (``tiling.prefetches_next_group``)."""
+    monkeypatch.setattr(tiling, "co_blocks_outside_rows", lambda spec: False)
+    with lowering.lowering_context():
+        s, args, _ = te_kernel(*case, target=isa)
+        text = str(tvm.lower(s, args))
+    assert "T.parallel" in text and "T.prefetch" not in text, text
+
+
+@pytest.mark.parametrize("isa", ISAS.values(), ids=ISAS.keys())
+@pytest.mark.parametrize("case", PREFETCH_CASES.values(), ids=PREFETCH_CASES.keys())
+@pytest.mark.parametrize("co_outer", [False, True])
+def test_the_prefetching_kernels_compute_the_conv(case, isa, co_outer, rng, monkeypatch):
+    monkeypatch.setattr(tiling, "co_blocks_outside_rows", lambda spec: co_outer)
     check_te_kernel(case, rng, isa)
 
 

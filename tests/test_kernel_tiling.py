@@ -415,3 +415,6 @@ def test_the_strategy_packs_a_co_of_24_for_8_lanes_on_zen4_only(mcpu, layouts):
 def test_the_next_weight_slice_is_prefetched_where_two_fit_in_l2(values, prefetches, monkeypatch):
     monkeypatch.setattr(tiling, "host_l2_bytes", lambda: 1024 * 1024)
     assert tiling.prefetches_next_slice(values) is prefetches
+    # the direct kernel's group: only where its parallel loop takes Co blocks before rows
+    assert tiling.prefetches_next_group(values, co_blocks_outside=True) is prefetches
+    assert tiling.prefetches_next_group(values, co_blocks_outside=False) is False

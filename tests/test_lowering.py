@@ -246,10 +246,11 @@ def test_the_context_keeps_the_callers_settings_and_passes():
 
 
 def small_model():
-    data = relay.var("data", shape=(1, 32, 7, 7))
-    # several groups of Co blocks on AVX2 and AVX-512: a next slice to prefetch
-    weight = np.random.default_rng(0).standard_normal((256, 32, 1, 1)).astype("float32")
-    conv = relay.nn.conv2d(data, relay.const(weight), channels=256, kernel_size=(1, 1))
+    data = relay.var("data", shape=(1, 512, 7, 7))
+    # a weight (1 MB) that outweighs the input and three times over fills the L2: Co blocks
+    # before rows, several groups of them on AVX2 and AVX-512: a next group to prefetch
+    weight = np.random.default_rng(0).standard_normal((512, 512, 1, 1)).astype("float32")
+    conv = relay.nn.conv2d(data, relay.const(weight), channels=512, kernel_size=(1, 1))
     out = relay.nn.relu(conv)
     return tvm.IRModule.from_expr(relay.Function([data], out))
 

@@ -1,21 +1,21 @@
 """The TIR pass tvm_fuse adds to TVM's lowering: weight prefetch where a kernel asks for it.
 
-A whole model's weights (ResNet-50: 144 MB packed) do not stay in cache from one run to the
-next, so each kernel reads its weight from memory once, as it computes: the first output row (or
-tile) of a group of Co blocks waits on memory while the FMA units idle, and the other rows reuse
-the group's slice from cache. The two do not overlap. A kernel's schedule marks its reduction
-loop with :data:`PRAGMA` (:data:`PRAGMA_L1`: into L1 too; :func:`mark`), whose value is how far
-ahead, in weight elements, lies the slice its next parallel iteration reads;
-:func:`prefetch_weights` puts in that loop's steps a prefetch of every weight vector a step
-loads, that far ahead, so the next slice arrives while this one is computed. A parallel
-iteration reads its slice in several passes (Wo tiles, rows of a Co block, the Winograd GEMM's
-tile groups); each vector of the next slice is prefetched in one of them, spread evenly, not in
-each. Kernels mark the loop only where two slices fit in L2
-(``schedules.tiling.prefetches_next_slice``). On Zen 5 (2 cores) a chain of 128 convs 1x1
-512->512 on 7x7, weights from memory, ran at 56.5-58 us per conv instead of 71-72 (51-57 with
-the weights in cache). Against the same kernels without prefetch (interleaved with ONNX Runtime,
-21 rounds), ResNet-50 ran in 0.90x the time, ResNet-18 in 0.89x, MobileNet-v2 in 0.96x;
-ResNet-50 as AVX2 code (``-mcpu=znver3``, 15 rounds) in 0.95x.
+A whole model's weights (ResNet-50: 144 MB packed) do not stay in cache from one run to the next, so
+each kernel reads its weight from memory once, as it computes: the first output row (or tile) of a
+group of Co blocks waits on memory while the FMA units idle, and the other rows reuse the group's
+slice from cache. The two do not overlap. A kernel's schedule marks its reduction loop with
+:data:`PRAGMA` (:data:`PRAGMA_L1`: into L1 too; :func:`mark`), whose value is how far ahead, in
+weight elements, lies the slice its next parallel iteration reads; :func:`prefetch_weights` puts in
+that loop's steps a prefetch of every weight vector a step loads, that far ahead, so the next slice
+arrives while this one is computed. A parallel iteration reads its slice in several passes (Wo
+tiles, rows of a Co block, the Winograd GEMM's tile groups); each vector of the next slice is
+prefetched in one of them, spread evenly, not in each. Kernels mark the loop only where two slices
+fit in L2 (``schedules.tiling.prefetches_next_slice``), the direct kernel only where its parallel
+loop takes Co blocks before rows (``schedules.tiling.prefetches_next_group``). On Zen 5 (2 cores) a
+chain of 128 convs 1x1 512->512 on 7x7, weights from memory, ran at 56.5-58 us per conv instead of
+71-72 (51-57 with the weights in cache). Against the same kernels without prefetch (interleaved with
+ONNX Runtime, 21 rounds), ResNet-50 ran in 0.90x the time, ResNet-18 in 0.89x, MobileNet-v2 in
+0.96x; ResNet-50 as AVX2 code (``-mcpu=znver3``, 15 rounds) in 0.95x.
 
 Prefetches are hints: they never fault and never change a result, so an address past the end
 of the weight (the last group's) is harmless. The pass only runs where the PassContext lists it
