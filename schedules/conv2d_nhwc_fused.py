@@ -207,8 +207,9 @@ def _schedule_register_tile(cfg, s, conv, pixels, channels, outer=()):
     s[conv].unroll(pixels)
     s[conv].unroll(c_vec)
     s[conv].vectorize(c_lane)
-    # the next parallel iteration reads the next group of ocb Co blocks (the packed weight's
-    # outermost axis), or the same one again (rows of a Co block): prefetch the next group
+    # with Co blocks before rows, the next parallel iteration reads the same group of ocb Co
+    # blocks again (rows of a Co block) or the next one (the packed weight's outermost axis):
+    # prefetch the next group (with rows first every group stays in cache: no prefetch)
     group = cfg["ocb"].val * math.prod(int(d) for d in conv.op.input_tensors[1].shape[1:])
     if tiling.prefetches_next_group(group, bool(cfg["co_outer"].val)):
         lowering.mark(s[conv], rc_in, group)

@@ -514,8 +514,8 @@ def prefetches_next_group(values: int, co_blocks_outside: bool) -> bool:
     (:func:`co_blocks_outside_rows` puts rows first only where it fits a third of the L2), and
     where no loop inside the iteration rereads its group (flat tiles) every step of the kernel
     would prefetch. Such a prefetch made the stride-2 ``seed`` conv (64 -> 128, 3x3 on 56x56,
-    flat tiles) 1.32x as long warm and 1.15x with its caches flushed (znver3, kernels alone,
-    21 interleaved rounds)."""
+    flat tiles) 1.34-1.35x as long warm and 1.16-1.25x with its caches flushed (znver3, kernels
+    alone, the same plan and opt level, 15 interleaved rounds, two runs)."""
     return co_blocks_outside and prefetches_next_slice(values)
 
 
