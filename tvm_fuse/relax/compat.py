@@ -113,6 +113,16 @@ def constant_value(expr) -> np.ndarray | None:
     return value.numpy() if hasattr(value, "numpy") else None
 
 
+def dataflow_readers(func) -> dict:
+    """The readers of each var bound in ``func``'s dataflow blocks: ``relax.analysis.udchain``
+    over every block (a var read outside its block, a block output, is no ``DataflowVar``)."""
+    readers = {}
+    for block in func.body.blocks if isinstance(func.body, relax.SeqExpr) else ():
+        if isinstance(block, relax.DataflowBlock):
+            readers.update(relax.analysis.udchain(block))
+    return readers
+
+
 def constant(value: np.ndarray) -> relax.Constant:
     return relax.const(np.ascontiguousarray(value))
 

@@ -132,10 +132,7 @@ class _ActivationMover:
     def _analyse(self):
         self.values = relax.analysis.get_var2val(self.func)
         self.bound_to = {value: var for var, value in self.values.items()}
-        self.users = {}
-        for block in self.func.body.blocks:
-            if isinstance(block, relax.DataflowBlock):
-                self.users.update(relax.analysis.udchain(block))
+        self.users = compat.dataflow_readers(self.func)
 
     def _move(self, matched, found):
         reshape, steps = found[self.reshaped], []

@@ -33,11 +33,7 @@ def FoldBatchNorm() -> tvm.transform.Pass:  # pylint: disable=invalid-name  (TVM
     def transform(func, mod, _ctx):
         if not isinstance(func, relax.Function):
             return func
-        users = {}
-        for block in func.body.blocks if isinstance(func.body, relax.SeqExpr) else ():
-            if isinstance(block, relax.DataflowBlock):
-                users.update(relax.analysis.udchain(block))
-        folded = _Folder(mod, users).visit_expr(func)
+        folded = _Folder(mod, compat.dataflow_readers(func)).visit_expr(func)
         return relax.analysis.remove_all_unused(folded)
 
     return relax.transform.function_pass(opt_level=0, name="tvm_fuse.FoldBatchNorm")(transform)
