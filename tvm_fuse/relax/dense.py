@@ -118,28 +118,33 @@ class _ActivationMover:
         conv = is_op("relax.nn.conv2d")(wildcard(), is_const())
         self.conv = conv | is_op("relax.add")(conv, is_const())
         self.reshaped = is_op("relax.reshape")(self.conv, wildcard())
-        self.values = self.users = self.bound_to = None
+        self._analysis = None  # of self.func: see _analysed
 
     def run(self):
         """One activation form at a time (SiLU's ``sigmoid(x)`` is not moved alone: ``x`` has
         the product as a second reader)."""
         for form in RELAX_ACTIVATIONS.values():
             if form is not None:
-                self._analyse()
+                self._analysis = None  # the rewrite of the form before may have changed func
                 self.func = rewrite_call(form(self.reshaped), self._move, self.func)
         return self.func
 
-    def _analyse(self):
-        self.values = relax.analysis.get_var2val(self.func)
-        self.bound_to = {value: var for var, value in self.values.items()}
-        self.users = compat.dataflow_readers(self.func)
+    def _analysed(self):
+        """(var -> bound value, var -> readers, value -> var) of ``self.func``, made at a form's
+        first match only: most functions have none, and the walks cover the whole function."""
+        if self._analysis is None:
+            values = relax.analysis.get_var2val(self.func)
+            bound_to = {value: var for var, value in values.items()}
+            self._analysis = values, compat.dataflow_readers(self.func), bound_to
+        return self._analysis
 
     def _move(self, matched, found):
+        values, readers, bound_to = self._analysed()
         reshape, steps = found[self.reshaped], []
-        moved = _rebuilt(matched, reshape.same_as, self.values, found[self.conv], steps)
-        inside = set(steps) | {self.bound_to.get(matched)}
+        moved = _rebuilt(matched, reshape.same_as, values, found[self.conv], steps)
+        inside = set(steps) | {bound_to.get(matched)}
         for var in steps:
-            if not isinstance(var, relax.DataflowVar) or not set(self.users.get(var, ())) <= inside:
+            if not isinstance(var, relax.DataflowVar) or not set(readers.get(var, ())) <= inside:
                 return matched
         return matched if moved is None else relax.op.reshape(moved, reshape.args[1])
 
