@@ -3,9 +3,7 @@ fast kernel, so that the report shows the local decisions beside the graph half'
 
 These are the tile models' choices, the ones both backends' schedules take when no tuning record
 applies (``tiling.tiles_for`` for the direct kernel, ``winograd_tiling.choose_plan`` for the
-Winograd kernel); a tuning log may override them. Which comes first in the direct kernel's
-parallel loop is the backend's: the Relay schedule asks ``tiling.co_blocks_outside_rows``, the
-Relax one keeps rows first. Plain Python, shared by both backends.
+Winograd kernel); a tuning log may override them. Plain Python, shared by both backends.
 """
 
 from __future__ import annotations
@@ -14,22 +12,22 @@ from ..spec import KernelSpec
 from . import tiling, winograd_tiling
 
 
-def describe(spec: KernelSpec, cores: int, co_blocks_first: bool) -> str | None:
+def describe(spec: KernelSpec, cores: int) -> str | None:
     """The default loop nest of the fast kernel of ``spec`` (weight packed or transformed) on
-    ``cores`` cores (0: the tile model's default), the direct kernel's parallel loop taking Co
-    blocks first if ``co_blocks_first``; None for a kernel without a tile model here (the
-    depthwise one, the generic fallback)."""
+    ``cores`` cores (0: the tile model's default); None for a kernel without a tile model here
+    (the depthwise one, the generic fallback)."""
     if spec.lanes is None or spec.depthwise:
         return None
     if spec.algorithm == "winograd":
         return _winograd(spec, cores)
-    return _direct(spec, co_blocks_first)
+    return _direct(spec)
 
 
-def _direct(spec: KernelSpec, co_blocks_first: bool) -> str:
+def _direct(spec: KernelSpec) -> str:
     tiles = tiling.tiles_for(spec)
     along, unit = ("Ho*Wo", "pixel tiles") if tiles.flat else ("Wo", "rows")
     ci = f", Ci in blocks of {tiles.icb}" if tiles.icb < spec.in_channels else ""
+    co_blocks_first = tiling.co_blocks_outside_rows(spec)
     first, then = ("Co blocks", unit) if co_blocks_first else (unit, "Co blocks")
     return (
         f"register tile {tiles.owb} pixels along {along} x {tiles.ocb} vectors of {spec.lanes} "

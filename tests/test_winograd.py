@@ -302,7 +302,7 @@ def test_the_loop_nest_in_words_counts_the_lowered_kernels_parallel_blocks(m, st
     as its parallel loops show (up front: a parallel loop of its own before the blocks'). Co of
     3 vectors: blocks of tile rows; 9: three Co chunks, the input up front; 16: a chunk per core."""
     spec, text = _lowered_13x9(m, stride, co)
-    described = loop_nest.describe(spec, int(host_target().attrs["num-cores"]), False)
+    described = loop_nest.describe(spec, int(host_target().attrs["num-cores"]))
     blocks = int(re.search(r"(\d+) parallel blocks", described).group(1))
     parallel = re.findall(r"in T\.parallel\((\d+)\)", text)
     assert int(parallel[-1]) == blocks, (described, parallel)

@@ -98,7 +98,7 @@ def test_explain_counts_the_weights_each_module_holds(algorithm, tmp_path, capsy
     out = capsys.readouterr().out
     assert f"conv2d_nhwc_{'winograd' if tile else 'fused'}.x86" in out
     (loops,) = [line for line in out.splitlines() if line.startswith("loops:")]
-    # the kernel half's plan; this backend's direct kernel splits rows or pixel tiles first
+    # the kernel half's plan; a weight this small: rows (or pixel tiles) before Co blocks
     assert ("parallel blocks of" if tile else "then Co blocks") in loops
     points = 16 if tile else 9
     fused = weight * (points + 9 * (tile > 0)) // 9 + co * 4  # weight and bias

@@ -120,13 +120,50 @@ def test_generic_fallback_matches_numpy(case, bias, rng, target):
     assert_close(got, _reference(spec, x, w, b, r), rel=1e-5)
 
 
-@pytest.mark.parametrize("flat, loop", [(False, "n_h_c_0_fused"), (True, "ax0_ax1_0_ax2_0_fused")])
-def test_the_parallel_loop_takes_rows_before_co_blocks(flat, loop):
-    """As on Relay: (N, Ho, Co blocks) along Wo, (N, pixel tiles, Co blocks) when flat."""
+@pytest.mark.parametrize(
+    "flat, co_first, loop",
+    [
+        (False, False, "n_h_c_0_fused"),
+        (True, False, "ax0_ax1_0_ax2_0_fused"),
+        (False, True, "c_0_n_h_fused"),
+        (True, True, "ax2_0_ax0_ax1_0_fused"),
+    ],
+)
+def test_the_parallel_loop_order_follows_the_tile_model(flat, co_first, loop, monkeypatch):
+    """As on Relay: (N, Ho, Co blocks) along Wo, (N, pixel tiles, Co blocks) when flat; Co
+    blocks first where ``tiling.co_blocks_outside_rows`` says so."""
+    monkeypatch.setattr(tiling, "co_blocks_outside_rows", lambda spec: co_first)
     spec = _packed(_spec("seed_s2"), 8)
     tiles = dataclasses.replace(tiling.tiles_for(spec), flat=flat)
     loops = re.findall(r"for (\w+) in T\.parallel", kernel.prim_func(spec, tiles).script())
     assert loop in loops, loops
+
+
+def test_a_weight_larger_than_its_input_and_the_l2_takes_co_blocks_first():
+    """512 -> 512 1x1 on 7x7: 1 MiB of weight against 98 KiB of input, three times more than
+    any L2 of the machines here (``tiling.co_blocks_outside_rows``)."""
+    spec = _packed(KernelSpec.conv((1, 7, 7, 512), (1, 1, 512, 512), (1, 1), (0,) * 4, (1, 1)), 8)
+    assert tiling.co_blocks_outside_rows(spec)
+    text = kernel.prim_func(spec).script()
+    assert re.search(r"for (c_0_n_h|ax2_0_ax0_ax1_0)_fused in T\.parallel", text), text[:2000]
+
+
+@pytest.mark.parametrize(
+    "case,tiles",
+    [
+        ("rows_56", tiling.Tiles(owb=3, ocb=2, icb=8)),
+        ("ragged_co", tiling.Tiles(owb=4, ocb=1, icb=16, flat=True)),
+        ("batch2", tiling.Tiles(owb=5, ocb=3, icb=8)),
+        ("batch2", tiling.Tiles(owb=4, ocb=3, icb=8, flat=True)),
+    ],
+    ids=["rows", "flat_ragged_co", "batch_rows", "batch_flat"],
+)
+def test_co_blocks_first_computes_the_same(case, tiles, rng, target, monkeypatch):
+    monkeypatch.setattr(tiling, "co_blocks_outside_rows", lambda spec: True)
+    spec = _packed(_spec(case, residual=True), 8)
+    x, w, b, r = _inputs(spec, rng)
+    got = _run(kernel.prim_func(spec, tiles), spec, x, w, b, r, target)
+    assert_close(got, _reference(spec, x, w, b, r), rel=1e-5)
 
 
 @pytest.mark.parametrize("flat", [False, True])

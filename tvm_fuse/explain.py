@@ -33,7 +33,7 @@ from .memory.liveness import tensor_bytes
 from .api import bind_params, describe, optimize
 from .passes.fold_bn import conv_chain, fold_refusal
 from .passes.fuse import conv_refusal
-from .schedules import loop_nest, tiling
+from .schedules import loop_nest
 from .spec import KernelSpec
 from .strategy import fast_kernel, fast_path_refusal
 from .target import as_target
@@ -163,7 +163,7 @@ def kernel_loops(spec: KernelSpec, target) -> str | None:
     if fast_path_refusal(spec, target):
         return None
     cores = int(target.attrs.get("num-cores", 0))
-    return loop_nest.describe(spec, cores, tiling.co_blocks_outside_rows(spec))
+    return loop_nest.describe(spec, cores)
 
 
 def other_ops(mod: tvm.IRModule) -> collections.Counter:

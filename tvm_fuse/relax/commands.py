@@ -133,8 +133,7 @@ def explain(mod: tvm.IRModule, target) -> str:
         why = f" ({refusal})" if refusal and spec.lanes is None else ""
         lines.append(f"\nkernel {i}: {name}{why}")
         lines.append(str(spec))
-        # this backend's direct kernel splits rows first (``relax.kernel``)
-        loops = None if refusal else loop_nest.describe(spec, strategy.cores(target), False)
+        loops = None if refusal else loop_nest.describe(spec, strategy.cores(target))
         lines += [f"{'loops:':<11}{loops}"] if loops else []
     names = _main_calls(optimized)
     blocked = sum(n.startswith(_BLOCKED_TRANSPOSES) for n in names)

@@ -10,15 +10,16 @@ weight) runs ``schedules.depthwise``, scheduled as the Relay backend schedules i
 tile model's (``schedules.tiling``), and the loop nests are the Relay schedule's, written with
 ``tvm.s_tir.Schedule``:
 
-- along Wo: (N, Ho, Co blocks) fused and parallel (rows first, so that the cores split the map
-  as its producer and consumer do: ``schedules.conv2d_nhwc_fused`` says why); at each Wo tile
-  the conv's ``owb`` x ``ocb`` register tile (a ``local`` buffer) accumulates over (Kh, Kw, Ci),
-  unrolled, the channel lanes vectorized; the epilogue is applied to it on its single store; a
-  padded input is padded whole up front, in parallel by rows, unless it is large
-  (``tiling.pads_by_rows``: then row by row in the parallel loop; ``schedules.conv2d_nhwc_fused``
-  says why);
-- flat (small maps, ragged Co): the conv over (N, Ho*Wo tiles, Co blocks) in parallel, the tile
-  in a local cache, then a vectorized epilogue pass.
+- along Wo: (N, Ho, Co blocks) fused and parallel, rows first so that the cores split the map
+  as its producer and consumer do, Co blocks first where the weight outweighs the input and a
+  third of the L2 (``tiling.co_blocks_outside_rows``, as the Relay schedule's default;
+  ``schedules.conv2d_nhwc_fused`` says why); at each Wo tile the conv's ``owb`` x ``ocb``
+  register tile (a ``local`` buffer) accumulates over (Kh, Kw, Ci), unrolled, the channel lanes
+  vectorized; the epilogue is applied to it on its single store; a padded input is padded whole
+  up front, in parallel by rows, unless it is large (``tiling.pads_by_rows``: then row by row in
+  the parallel loop; ``schedules.conv2d_nhwc_fused`` says why);
+- flat (small maps, ragged Co): the conv over (N, Ho*Wo tiles, Co blocks) in parallel (Co
+  blocks first by the same rule), the tile in a local cache, then a vectorized epilogue pass.
 
 The generic fallback is scheduled too (parallel rows, vectorized channels, the reduction outside
 a row of accumulators): never the default loop nest. The PrimFunc carries the spec as JSON
@@ -259,8 +260,9 @@ def _schedule_rows(sch, spec: KernelSpec, tiles: tiling.Tiles):
     n, h, w, c = sch.get_loops(out)
     c_blk, c_vec, c_lane = sch.split(c, [None, tiles.ocb, lanes])
     w_blk, w_pix = sch.split(w, [None, tiles.owb])
-    sch.reorder(n, h, c_blk, w_blk, w_pix, c_vec, c_lane)
-    rows = sch.fuse(n, h, c_blk)
+    parallel = (c_blk, n, h) if tiling.co_blocks_outside_rows(spec) else (n, h, c_blk)
+    sch.reorder(*parallel, w_blk, w_pix, c_vec, c_lane)
+    rows = sch.fuse(*parallel)
     sch.parallel(rows)
     sch.unroll(w_pix)
     sch.unroll(c_vec)
@@ -291,8 +293,9 @@ def _schedule_flat(sch, spec: KernelSpec, tiles: tiling.Tiles):
     b, p, cv, cl = sch.get_loops(conv)
     p_blk, p_pix = sch.split(p, [None, tiles.owb])
     c_blk, c_vec = sch.split(cv, [None, tiles.ocb])
-    sch.reorder(b, p_blk, c_blk, p_pix, c_vec, cl)
-    tile_loop = sch.fuse(b, p_blk, c_blk)
+    parallel = (c_blk, b, p_blk) if tiling.co_blocks_outside_rows(spec) else (b, p_blk, c_blk)
+    sch.reorder(*parallel, p_pix, c_vec, cl)
+    tile_loop = sch.fuse(*parallel)
     sch.parallel(tile_loop)
     sch.vectorize(cl)
     sch.compute_at(local, tile_loop)
