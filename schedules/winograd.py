@@ -35,17 +35,11 @@ from tvm.autotvm.task.space import OtherOptionEntity
 
 from .. import lowering
 from ..spec import KernelSpec
-from . import tiling, winograd_te, winograd_tiling, winograd_weights
+from . import winograd_te, winograd_tiling, winograd_weights
 
 NAME = "conv2d_nhwc_winograd.x86"
 #: Tag of the HWIO stand-in for the transformed weight that the template receives at build time.
 LOGICAL_WEIGHT_TAG = "conv2d_nhwc_winograd_hwio_view"
-
-#: The GEMM prefetches the next weight slice into L1 as well as L2 (``lowering.mark``). On Zen 5,
-#: chains of 512 -> 512 convs on 7x7 (F(2x2), 16.8 MB of weight points from memory per conv) ran
-#: in 0.93-0.95x the time with it (3 interleaved runs); 256 on 14x14, 128 on 28x28 and 64 on
-#: 56x56 in 0.98-1.00x; the 7x7 and 14x14 ones as AVX2 code (``-mcpu=znver3``) in 0.98-0.99x.
-GEMM_PREFETCH_INTO_L1 = True
 
 #: The AutoTVM workload after the task name: the template's arguments, the logical task.
 #: ``strides`` is left out of a stride-1 workload (the template's default).
@@ -262,9 +256,9 @@ def _schedule_gemm(cfg, s, gemm, lanes, tile_co, chunk):
     lco_v, lco_l = s[local].split(lco, lanes)
     s[local].reorder(rc, ltw, lco_v, lco_l)
     _, co_vectors, ci, _ = (int(d) for d in gemm.op.input_tensors[1].shape)
-    ahead = (tile_co if chunk > tile_co else co_vectors) * ci * lanes
-    if tiling.prefetches_next_slice(tile_co * ci * lanes):
-        lowering.mark(s[local], rc, ahead, into_l1=GEMM_PREFETCH_INTO_L1)
+    ahead = winograd_tiling.gemm_prefetch_distance(co_vectors, ci, lanes, chunk, tile_co)
+    if ahead is not None:
+        lowering.mark(s[local], rc, ahead, into_l1=winograd_tiling.GEMM_PREFETCH_INTO_L1)
     s[local].unroll(ltw)
     s[local].unroll(lco_v)
     s[local].vectorize(lco_l)

@@ -98,6 +98,24 @@ def chunk_and_tile_co(co_vectors: int, co_chunks: int, tile_co: int) -> tuple[in
     return chunk, tile_co
 
 
+#: The GEMM prefetches the next weight slice into L1 as well as L2 (``tvm_fuse.lowering``). On
+#: Zen 5, chains of 512 -> 512 convs on 7x7 (F(2x2), 16.8 MB of weight points from memory per
+#: conv) ran in 0.93-0.95x the time with it (3 interleaved runs); 256 on 14x14, 128 on 28x28 and
+#: 64 on 56x56 in 0.98-1.00x; the 7x7 and 14x14 ones as AVX2 code (``-mcpu=znver3``) in
+#: 0.98-0.99x.
+GEMM_PREFETCH_INTO_L1 = True
+
+
+def gemm_prefetch_distance(co_vectors: int, ci: int, lanes: int, chunk: int, tile_co: int):
+    """How far ahead (weight elements) the GEMM of a block prefetches the slice it reads next,
+    or None where it does not: the chunk's next ``tile_co`` vectors, or the next point's slice
+    where the chunk is one register tile wide; only where two slices fit in L2
+    (``tiling.prefetches_next_slice``)."""
+    if not tiling.prefetches_next_slice(tile_co * ci * lanes):
+        return None
+    return (tile_co if chunk > tile_co else co_vectors) * ci * lanes
+
+
 # -- which algorithm: the cost model the graph half asks ------------------------------------------
 #: Multiply-adds per ns that both kernels' inner loops reach with 8 lanes (one Zen 3 core,
 #: measured: about 70 GFLOP/s direct; Winograd's GEMM alike), assumed to scale with the lanes

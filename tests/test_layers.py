@@ -28,9 +28,10 @@ LAYERS = [
     (
         "foundation",
         ["spec", "errors", "target", "ir_utils", "bn_fold", "dispatch", "lazy", "sizes", "backend"]
-        + ["lowering"]
+        + ["tir_compat", "lowering"]
         + ["algorithm_options"]
-        + ["relax", "relax.compat"],  # the Relax backend's package and its apache-tvm API
+        + ["relax", "relax.compat", "relax.tir_pipeline"],  # the Relax backend's package, its
+        # apache-tvm API and the TIR pipeline it compiles with
     ),
     (
         "kernel half",

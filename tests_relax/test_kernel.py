@@ -1,7 +1,8 @@
 """The Relax kernel half: the scheduled PrimFuncs against a NumPy conv, every tiling and fallback.
 
-Each case builds ``relax.kernel.prim_func(spec)`` alone with ``tvm.compile`` and compares it with
-``reference.conv2d_nhwc`` (float64) + the epilogue, within 1e-5 of max |reference|.
+Each case builds ``relax.kernel.prim_func(spec)`` alone with ``tvm.compile`` (the TIR pipeline
+``tvm_fuse.relax.build`` uses) and compares it with ``reference.conv2d_nhwc`` (float64) + the
+epilogue, within 1e-5 of max |reference|.
 """
 
 import dataclasses
@@ -12,9 +13,12 @@ import pytest
 import tvm
 
 from reference import ACTIVATIONS, assert_close, conv2d_nhwc
-from tvm_fuse.relax import compat, kernel
+from tvm_fuse.relax import compat, kernel, tir_pipeline
 from tvm_fuse.schedules import packing, tiling, transposes
 from tvm_fuse.spec import KernelSpec
+
+#: As ``tvm_fuse.relax.build`` compiles: with the weight prefetch the schedules ask for.
+PIPELINE = tir_pipeline.NAME
 
 CASES = {
     # name: (data NHWC, kernel, Co, strides, padding (t, l, b, r), dilation)
@@ -58,7 +62,7 @@ def _reference(spec, x, w, b, r):
 
 
 def _run(func, spec, x, w, b, r, target):
-    lib = tvm.compile(tvm.IRModule({"main": func}), target=target)
+    lib = tvm.compile(tvm.IRModule({"main": func}), target=target, tir_pipeline=PIPELINE)
     args = [x, packing.pack_hwio(w, spec.lanes) if spec.lanes else w]
     args += [b] if spec.bias is not None else []
     args += [r] if spec.residual is not None else []
@@ -219,7 +223,7 @@ def test_avx512_layout_and_tiles_compute_right_here_too(case, rng, target):
 def _run_transpose(name, shape, lanes, rng, target):
     """(the kernel's TVMScript, its result, NumPy's) for a random ``shape`` input."""
     func = kernel.boundary_transpose(name, shape, "float32", lanes)
-    lib = tvm.compile(tvm.IRModule({"main": func}), target=target)
+    lib = tvm.compile(tvm.IRModule({"main": func}), target=target, tir_pipeline=PIPELINE)
     x = rng.standard_normal(shape).astype("float32")
     axes = transposes.TRANSPOSES[name].axes
     out = tvm.runtime.empty([shape[a] for a in axes], "float32")

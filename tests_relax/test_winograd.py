@@ -18,10 +18,13 @@ import tvm_fuse.relax as tfr
 from helpers import module, run, tensor_var
 from reference import ACTIVATIONS, assert_close, conv2d_nhwc
 from tvm_fuse.errors import UserError
-from tvm_fuse.relax import compat, kernel, winograd
+from tvm_fuse.relax import compat, kernel, tir_pipeline, winograd
 from tvm_fuse.schedules import winograd_tiling
 from tvm_fuse.schedules import winograd_weights as weights
 from tvm_fuse.spec import KernelSpec
+
+#: As ``tvm_fuse.relax.build`` compiles: with the weight prefetch the schedules ask for.
+PIPELINE = tir_pipeline.NAME
 
 #: max |error| / max |float64 reference| per m, as the Relay backend's tests assert.
 ERROR_BOUND = {2: 2e-6, 4: 2e-5}
@@ -117,7 +120,7 @@ def _check_specials(got, want, m):
 def _run_kernel(spec, rng, target):
     x, w, b, r = _inputs(spec, rng)
     func = kernel.prim_func(spec, cores=CORES)
-    lib = tvm.compile(tvm.IRModule({"main": func}), target=target)
+    lib = tvm.compile(tvm.IRModule({"main": func}), target=target, tir_pipeline=PIPELINE)
     args = [x, weights.transform_hwio(w, spec.winograd_tile, spec.lanes, spec.strides[0])]
     args += [b] if spec.bias is not None else []
     args += [r] if spec.residual is not None else []
@@ -144,7 +147,7 @@ def test_kernel_keeps_nan_and_inf_as_the_direct_conv(stride, m, rng, target):
         x[spot] = special
     w[1, 1, 5, 2] = 0.0
     func = kernel.prim_func(spec, cores=CORES)
-    lib = tvm.compile(tvm.IRModule({"main": func}), target=target)
+    lib = tvm.compile(tvm.IRModule({"main": func}), target=target, tir_pipeline=PIPELINE)
     args = [x, weights.transform_hwio(w, m, spec.lanes, stride), b]
     out = tvm.runtime.empty(spec.out.shape, "float32")
     lib(*[tvm.runtime.tensor(a) for a in args], out)

@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 
 import tvm
-from tvm import tir
+
+from . import tir_compat
+from .tir_compat import tir
 
 #: The pragma a kernel's schedule puts on its reduction loop (``stage.pragma(axis, PRAGMA, d)``):
 #: prefetch into L2 (llvm.prefetch locality 2, ``prefetcht1``), as the direct kernel asks. With
@@ -65,12 +66,18 @@ def mark(stage, axis, distance: int, into_l1: bool = False) -> None:
         stage.pragma(axis, PRAGMA_L1 if into_l1 else PRAGMA, int(distance))
 
 
+def annotate(sch, loop, distance: int, into_l1: bool = False) -> None:
+    """:func:`mark` for a TensorIR schedule ``sch`` (the Relax backend's kernels): the loop
+    annotated, always (``tvm_fuse.relax.tir_pipeline`` runs :func:`prefetch_weights`; an
+    annotation, unlike a pragma, is nothing to LLVM's codegen where it does not)."""
+    sch.annotate(loop, PRAGMA_L1 if into_l1 else PRAGMA, int(distance))
+
+
 def _stored(stmt: tir.Stmt) -> set:
     """The buffers (data vars) ``stmt`` stores to."""
     stored = set()
-    tir.stmt_functor.post_order_visit(
-        stmt, lambda n: stored.add(n.buffer.data) if isinstance(n, tir.BufferStore) else None
-    )
+    tir_compat.post_order_visit(stmt, lambda n: stored.add(tir_compat.stored_data(n)))
+    stored.discard(None)
     return stored
 
 
@@ -81,14 +88,14 @@ def _weight_loads(step: tir.Stmt) -> list[tir.BufferLoad]:
     stored, loads, seen = _stored(step), [], set()
 
     def visit(node):
-        if isinstance(node, tir.BufferLoad) and isinstance(node.indices[-1], tir.Ramp):
+        if tir_compat.is_vector_load(node):
             loads.append(node)
 
-    tir.stmt_functor.post_order_visit(step, visit)
+    tir_compat.post_order_visit(step, visit)
     unique = []
     for load in loads:
-        key = (load.buffer.data, str(load.indices[-1].base))
-        if load.buffer.data not in stored and key not in seen:
+        key = (tir_compat.loaded_data(load), str(load.indices[-1].base))
+        if key[0] not in stored and key not in seen:
             seen.add(key)
             unique.append(load)
     return unique
@@ -100,12 +107,8 @@ def _prefetches(loads: list[tir.BufferLoad], distance: int, locality: int) -> li
     prefetches = []
     for load in loads:
         base = load.indices[-1].base
-        index = base + tir.const(distance, base.dtype)
-        ahead = tir.BufferLoad(load.buffer, [*load.indices[:-1], index])
-        address = tir.call_intrin("handle", "tir.address_of", ahead)
-        prefetches.append(
-            tir.Evaluate(tir.call_intrin("float32", "tir.prefetch", address, 0, locality, 1))
-        )
+        index = base + tir.const(distance, tir_compat.dtype(base))
+        prefetches.append(tir_compat.prefetch(load, index, locality))
     return prefetches
 
 
@@ -131,11 +134,10 @@ def _rows_per_block(indices: list, var: tir.Var) -> int | None:
     def drop(node):
         if node.a.same_as(var) and isinstance(node.b, tir.IntImm):
             sizes.add(int(node.b))
-            return tir.const(0, node.dtype)
+            return tir.const(0, tir_compat.dtype(node))
         return None
 
-    transform = tir.stmt_functor.ir_transform
-    rest = [transform(tir.Evaluate(i), None, drop, ["tir.FloorDiv"]).value for i in indices]
+    rest = [tir_compat.rewrite(tir.Evaluate(i), drop, tir.FloorDiv).value for i in indices]
     if len(sizes) != 1 or any(_uses(r, var) for r in rest):
         return None
     return sizes.pop()
@@ -170,7 +172,7 @@ def _rereading(marked: tir.Stmt, loads: list, loops: tuple) -> list[_Passes] | N
 
 def _loop_vars(stmt: tir.Stmt) -> list:
     found = []
-    tir.stmt_functor.post_order_visit(
+    tir_compat.post_order_visit(
         stmt, lambda n: found.append(n.loop_var) if isinstance(n, tir.For) else None
     )
     return found
@@ -179,10 +181,7 @@ def _loop_vars(stmt: tir.Stmt) -> list:
 def _with_body(loop: tir.Stmt, body: tir.Stmt) -> tir.Stmt:
     if not isinstance(loop, tir.For):  # a loop of one step, removed by the lowering
         return body
-    return tir.For(
-        loop.loop_var, loop.min, loop.extent, loop.kind, body, loop.thread_binding,
-        loop.annotations,
-    )
+    return tir_compat.with_body(loop, body)
 
 
 def _prefetching(marked: tir.AttrStmt, loops: tuple) -> tir.Stmt:
@@ -203,11 +202,15 @@ def _prefetching(marked: tir.AttrStmt, loops: tuple) -> tir.Stmt:
     *outer, spread = rereading
     shares = [prefetches[j :: spread.count] for j in range(min(spread.count, len(prefetches)))]
     branches = [_with_body(loop, tir.SeqStmt([*share, step])) for share in shares]
-    result = branches.pop() if len(shares) == spread.count else loop  # the last pass: else
+
+    def plain():  # a copy of its own each time: apache-tvm 0.27 wants each variable defined once
+        return _with_body(loop, step)
+
+    result = branches.pop() if len(shares) == spread.count else plain()  # the last pass: else
     for j, branch in reversed(list(enumerate(branches))):
         result = tir.IfThenElse(tir.EQ(spread.index, j), branch, result)
     for passes in outer:
-        result = tir.IfThenElse(tir.EQ(passes.index, 0), result, loop)
+        result = tir.IfThenElse(tir.EQ(passes.index, 0), result, plain())
     return result
 
 
@@ -247,40 +250,42 @@ def _stored_in_marked_loops(body: tir.Stmt) -> set:
     return set().union(*(_stored(marked.body) for marked, _ in _marks_in(body)))
 
 
-def _fits_stack(allocate: tir.Allocate) -> bool:
-    if not all(isinstance(extent, tir.IntImm) for extent in allocate.extents):
-        return False
-    dtype = tvm.DataType(allocate.dtype)
-    bits = math.prod(int(e) for e in allocate.extents) * dtype.bits * dtype.lanes
-    return bits // 8 <= _MAX_STACK_BYTES
-
-
 def _on_stack(accumulators: set):
     """Keep the ``accumulators``' allocations on the stack. TVM puts an allocation over 1 KB
-    (a 14 x 2 vector tile is 1.8 KB) in a heap workspace, whose pointer LLVM cannot tell from
-    the prefetched one: it then stores every accumulator at every step instead of keeping it in
-    a register (2.5x the time). On the stack, LLVM keeps them in registers as without prefetch."""
+    (a 14 x 2 vector tile is 1.8 KB; apache-tvm 0.27 any ``local`` buffer) in a heap workspace,
+    whose pointer LLVM cannot tell from the prefetched one: it then stores every accumulator at
+    every step instead of keeping it in a register (2.5x the time). On the stack, LLVM keeps
+    them in registers as without prefetch."""
 
     def rewrite(node):
-        if node.buffer_var not in accumulators or not _fits_stack(node):
+        data, nbytes = tir_compat.allocation(node)
+        if data not in accumulators or nbytes is None or nbytes > _MAX_STACK_BYTES:
             return None
-        annotations = {**node.annotations, _KEEP_ON_STACK: True}
-        return tir.Allocate(
-            node.buffer_var, node.dtype, node.extents, node.condition, node.body, annotations
-        )
+        return tir_compat.with_annotation(node, _KEEP_ON_STACK)
 
     return rewrite
 
 
-@tvm.tir.transform.prim_func_pass(opt_level=0, name="tvm_fuse.PrefetchWeights")
+def _annotation_as_mark(loop):
+    """A loop annotated with :data:`PRAGMA` or :data:`PRAGMA_L1` (a TensorIR schedule's mark,
+    ``sch.annotate``) as the pragma a TE schedule's mark lowers to, around the loop."""
+    marks = [key for key in (PRAGMA, PRAGMA_L1) if key in loop.annotations]
+    if not marks:
+        return None
+    rest = {k: v for k, v in loop.annotations.items() if k not in marks}
+    bare = tir_compat.with_body(loop, loop.body, rest)
+    return tir.AttrStmt(bare.loop_var, "pragma_" + marks[0], loop.annotations[marks[0]], bare)
+
+
+@tir.transform.prim_func_pass(opt_level=0, name="tvm_fuse.PrefetchWeights")
 def prefetch_weights(func, _mod, _ctx):
     """The next slice's prefetches in the steps of the loops marked with :data:`PRAGMA`, each
     in one pass over the current slice (the marks go), and those loops' accumulators on the
     stack."""
-    transform = tir.stmt_functor.ir_transform
-    on_stack = _on_stack(_stored_in_marked_loops(func.body))
-    body = transform(func.body, None, on_stack, ["tir.Allocate"])
-    return func.with_body(transform(body, None, _rewrite(body), ["tir.AttrStmt"]))
+    body = tir_compat.rewrite(func.body, _annotation_as_mark, tir.For)
+    on_stack = _on_stack(_stored_in_marked_loops(body))
+    body = tir_compat.rewrite(body, on_stack, tir_compat.ALLOCATE)
+    return func.with_body(tir_compat.rewrite(body, _rewrite(body), tir.AttrStmt))
 
 
 def _listed(config) -> bool:

@@ -22,7 +22,7 @@ import tvm
 from tvm import relax
 
 from ..spec import KernelSpec
-from . import compat, kernel, records
+from . import compat, kernel, records, tir_pipeline
 from .clip import ClipAsMinMax, RaiseMinMax
 from .dense import DenseAsConv
 from .fallback import ScheduleFallback
@@ -91,7 +91,9 @@ def build(
     relax_pipeline = memory_pipeline(memory)  # a bad choice fails before the build
     lowered = lowered_for_compile(mod, params, target, algorithm, precision, tuning_records)
     _warn_without_noalias(lowered)
-    return tvm.compile(lowered, target=target, relax_pipeline=relax_pipeline)
+    return tvm.compile(
+        lowered, target=target, relax_pipeline=relax_pipeline, tir_pipeline=tir_pipeline.NAME
+    )
 
 
 def _warn_without_noalias(mod: tvm.IRModule) -> None:

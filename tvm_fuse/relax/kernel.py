@@ -33,6 +33,7 @@ import math
 
 from tvm import te
 
+from .. import lowering
 from ..schedules import depthwise, fused_te, generic, register_transpose, tiling, transposes
 from ..schedules import winograd_te
 from ..schedules import winograd_tiling
@@ -274,6 +275,7 @@ def _schedule_rows(sch, spec: KernelSpec, tiles: tiling.Tiles):
     extents = (1, 1, tiles.owb, tiles.ocb * lanes, kh, kw, spec.in_channels)
     _, _, *loops = _tile_loops(sch, conv, w_blk, extents)
     _register_tile(sch, conv, loops, tiles, lanes)
+    _mark_prefetch(sch, loops[-1], spec, tiles)
     if "data_pad" in blocks and tiling.pads_by_rows(spec, tiles):
         sch.compute_at(blocks["data_pad"], rows)
         _vectorize_innermost(sch, blocks["data_pad"], lanes)
@@ -303,7 +305,19 @@ def _schedule_flat(sch, spec: KernelSpec, tiles: tiling.Tiles):
     extents = (1, tiles.owb, tiles.ocb, lanes, kh, kw, spec.in_channels)
     _, pix, vec, lane, *reduction = _tile_loops(sch, local, tile_loop, extents)
     _register_tile(sch, local, (pix, (vec, lane), *reduction), tiles, lanes, split_lanes=False)
+    _mark_prefetch(sch, reduction[-1], spec, tiles)
     _pad_up_front(sch, blocks, lanes)
+
+
+def _mark_prefetch(sch, ci_loop, spec: KernelSpec, tiles: tiling.Tiles):
+    """As the Relay schedule does: with Co blocks first, the Ci loop (None: a loop of one step)
+    prefetches the group of ``ocb`` Co blocks the next parallel iteration reads
+    (``tiling.prefetches_next_group``, ``tvm_fuse.lowering``)."""
+    kh, kw = spec.kernel_size
+    group = tiles.ocb * kh * kw * spec.in_channels * spec.lanes
+    co_first = tiling.co_blocks_outside_rows(spec)
+    if ci_loop is not None and tiling.prefetches_next_group(group, co_first):
+        lowering.annotate(sch, ci_loop, group)
 
 
 def _schedule_depthwise(sch, spec: KernelSpec):

@@ -20,6 +20,7 @@ same tiling:
 
 from __future__ import annotations
 
+from .. import lowering
 from ..schedules import winograd_tiling
 from ..spec import KernelSpec
 
@@ -63,7 +64,11 @@ def schedule(sch, spec: KernelSpec, plan: winograd_tiling.Plan, blocks: dict, ou
     gemm = blocks["wino_m"]
     copy = sch.cache_write(gemm, 0, "local")
     sch.compute_at(copy, block, preserve_unit_loops=True)
-    _schedule_gemm(sch, gemm, copy, plan.tile_p, tile_co, lanes)
+    rc = _schedule_gemm(sch, gemm, copy, plan.tile_p, tile_co, lanes)
+    co_vectors, ci = spec.weight.shape[1], spec.weight.shape[2]
+    ahead = winograd_tiling.gemm_prefetch_distance(co_vectors, ci, lanes, chunk, tile_co)
+    if ahead is not None:
+        lowering.annotate(sch, rc, ahead, into_l1=winograd_tiling.GEMM_PREFETCH_INTO_L1)
 
     v, rows = blocks["wino_v"], blocks["wino_rows"]
     if not plan.v_root:
@@ -95,7 +100,7 @@ def _schedule_fallback(sch, blocks, cvi):
 def _schedule_gemm(sch, gemm, copy, tile_p, tile_co, lanes):
     """The GEMMs of a block: register tiles of tile_p tiles x tile_co vectors, accumulated in a
     local buffer (``gemm``) with the reduction outside and copied to the block's M (``copy``);
-    the weight slice of a Co block is reused across the tiles."""
+    the weight slice of a Co block is reused across the tiles. Returns the reduction loop."""
     e, nu, _, _, q, co = sch.get_loops(copy)[-6:]  # (e, nu, batch, block, tile, Co)
     co_b, co_v, co_l = sch.split(co, [None, tile_co, lanes])
     tw_o, tw_i = sch.split(q, [None, tile_p])
@@ -111,6 +116,7 @@ def _schedule_gemm(sch, gemm, copy, tile_p, tile_co, lanes):
     sch.unroll(lco_v)
     sch.vectorize(lco_l)
     sch.decompose_reduction(gemm, rc)
+    return rc
 
 
 def _schedule_input(sch, v, rows, lanes, up_front):
