@@ -115,16 +115,38 @@ def test_the_winograd_gemm_prefetches_into_l1(target):
     assert "prefetcht0" in _asm(func, target, tir_pipeline.NAME)
 
 
-def test_build_compiles_with_the_prefetch(rng, target):
-    """A 1x1 conv 512 -> 512 on 7x7: its weight (1 MiB) outweighs its input and a third of any
-    L2 here, so Co blocks go first and the next group is prefetched, in the built model too."""
+def _big_1x1(rng):
+    """A 1x1 conv 512 -> 512 on 7x7 + ReLU: its weight (1 MiB) outweighs its input and a third of
+    any L2 here, so Co blocks go first and the next group is prefetched. (module, x, want)"""
     w = rng.uniform(-0.05, 0.05, (512, 512, 1, 1)).astype("float32")
     x = rng.standard_normal((1, 512, 7, 7)).astype("float32")
     mod = module(
         [tensor_var("x", x.shape)],
         lambda bb, v: relax.op.nn.relu(relax.op.nn.conv2d(v, relax.const(w))),
     )
-    exe = tfr.build(mod, target=target)
-    assert "prefetcht1" in exe.mod.imports[0].inspect_source("asm")
     want = np.maximum(np.einsum("oi,nihw->nohw", w[:, :, 0, 0].astype("float64"), x), 0)
+    return mod, x, want
+
+
+def _model_asm(exe) -> str:
+    return exe.mod.imports[0].inspect_source("asm")
+
+
+def test_build_compiles_with_the_prefetch(rng, target):
+    mod, x, want = _big_1x1(rng)
+    exe = tfr.build(mod, target=target)
+    assert "prefetcht1" in _model_asm(exe)
+    assert_close(run(exe, x), want, rel=1e-5)
+
+
+@pytest.mark.parametrize("pipeline", ["tvm_fuse", None])
+def test_the_pipeline_in_your_own_compile(pipeline, rng, target):
+    """As the README says: the pass in your own ``Sequential``, then ``tvm.compile`` with
+    ``tir_pipeline="tvm_fuse"`` prefetches; a plain ``tvm.compile`` runs the same without."""
+    mod, x, want = _big_1x1(rng)
+    optimized = tvm.transform.Sequential([tfr.pipeline(target)])(mod)
+    legalized = relax.transform.LegalizeOps()(optimized)
+    options = {"tir_pipeline": pipeline} if pipeline else {}
+    exe = tvm.compile(legalized, target=target, **options)
+    assert ("prefetcht1" in _model_asm(exe)) == (pipeline is not None)
     assert_close(run(exe, x), want, rel=1e-5)
