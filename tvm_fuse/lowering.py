@@ -23,7 +23,10 @@ of the weight (the last group's) is harmless. The pass only runs where the PassC
 (``dispatch.build_context``, and ``tvm_fuse.tvmc`` inside tvmc's own PassContext); a plain
 ``relay.build`` outside it builds the same kernels without the prefetch (a kernel marks its loop
 only where the pass will run: :func:`mark`). AutoTVM measures its candidates without it too: it
-changes little with the weights warm in cache, as they are while a kernel is tuned.
+changes little with the weights warm in cache, as they are while a kernel is tuned. The Relax
+backend's schedules mark their loops with an annotation (:func:`annotate`), and its builds run the
+pass in their TIR pipeline (``tvm_fuse.relax.tir_pipeline``); ``tvm_fuse.tir_compat`` lets the
+pass read and write either stack's TIR.
 """
 
 from __future__ import annotations
