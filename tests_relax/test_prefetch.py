@@ -19,6 +19,7 @@ import tvm_fuse.relax as tfr
 from helpers import module, run, tensor_var
 from reference import assert_close
 from test_kernel import _inputs, _packed, _reference, _run
+from test_winograd import winograd_case
 from tvm_fuse import lowering
 from tvm_fuse.relax import compat, kernel, tir_pipeline
 from tvm_fuse.schedules import packing, tiling
@@ -105,8 +106,6 @@ def test_the_default_pipeline_ignores_the_marks(co_first, rng, target):
 
 
 def test_the_winograd_gemm_prefetches_into_l1(target):
-    from test_winograd import winograd_case
-
     spec = winograd_case((1, 14, 14, 64), 64)
     func = kernel.prim_func(spec, cores=2)
     assert lowering.PRAGMA_L1 in func.script()
