@@ -44,7 +44,6 @@ strategy never sends those here).
 """
 
 import dataclasses
-import math
 
 from tvm import autotvm, te
 from tvm.autotvm.task.space import OtherOptionEntity, SplitEntity
@@ -210,9 +209,10 @@ def _schedule_register_tile(cfg, s, conv, pixels, channels, outer=()):
     # with Co blocks before rows, the next parallel iteration reads the same group of ocb Co
     # blocks again (rows of a Co block) or the next one (the packed weight's outermost axis):
     # prefetch the next group (with rows first every group stays in cache: no prefetch)
-    group = cfg["ocb"].val * math.prod(int(d) for d in conv.op.input_tensors[1].shape[1:])
-    if tiling.prefetches_next_group(group, bool(cfg["co_outer"].val)):
-        lowering.mark(s[conv], rc_in, group)
+    packed = conv.op.input_tensors[1].shape
+    ahead = tiling.next_group_prefetch(cfg["ocb"].val, packed, bool(cfg["co_outer"].val))
+    if ahead is not None:
+        lowering.mark(s[conv], rc_in, ahead)
 
 
 def _schedule_rows(cfg, s, out, conv, lanes):

@@ -519,6 +519,14 @@ def prefetches_next_group(values: int, co_blocks_outside: bool) -> bool:
     return co_blocks_outside and prefetches_next_slice(values)
 
 
+def next_group_prefetch(ocb: int, packed_shape, co_blocks_outside: bool) -> int | None:
+    """How far ahead (weight elements) the direct kernel prefetches, or None where it does not
+    (:func:`prefetches_next_group`): one group of ``ocb`` Co blocks of its packed ``[Co/VL, Kh,
+    Kw, Ci, VL]`` weight (``packed_shape``), the group its next parallel iteration reads."""
+    group = ocb * math.prod(int(d) for d in packed_shape[1:])
+    return group if prefetches_next_group(group, co_blocks_outside) else None
+
+
 def prefetches_next_slice(values: int) -> bool:
     """Whether a kernel that computes from a weight slice of ``values`` (float32) prefetches the
     next one into L2 meanwhile (``tvm_fuse.lowering``): where both fit in L2. A 3x3x512 conv's

@@ -154,7 +154,7 @@ def _rereading(marked: tir.Stmt, loads: list, loops: tuple) -> list[_Passes] | N
     index the weight: no next slice) or an index uses a variable bound elsewhere, which might
     depend on such a loop."""
     indices = [index for load in loads for index in load.indices]
-    bound = [loop.loop_var for loop in loops] + _loop_vars(marked)
+    bound = [loop.loop_var for loop in loops] + tir_compat.loop_vars(marked)
     if any(tir.analysis.undefined_vars(index, bound) for index in indices):
         return None
     parallel = [i for i, loop in enumerate(loops) if loop.kind == tir.ForKind.PARALLEL]
@@ -171,14 +171,6 @@ def _rereading(marked: tir.Stmt, loads: list, loops: tuple) -> list[_Passes] | N
         if rereads and isinstance(loop.extent, tir.IntImm):
             passes.append(_Passes(loop.loop_var - loop.min, int(loop.extent)))
     return passes
-
-
-def _loop_vars(stmt: tir.Stmt) -> list:
-    found = []
-    tir_compat.post_order_visit(
-        stmt, lambda n: found.append(n.loop_var) if isinstance(n, tir.For) else None
-    )
-    return found
 
 
 def _with_body(loop: tir.Stmt, body: tir.Stmt) -> tir.Stmt:

@@ -116,6 +116,13 @@ def with_annotation(node, key: str):
     return tir.AllocBuffer(node.buffer, annotations=annotations)
 
 
+def loop_vars(stmt) -> list:
+    """The variables of the loops under ``stmt``."""
+    found = []
+    post_order_visit(stmt, lambda n: found.append(n.loop_var) if isinstance(n, tir.For) else None)
+    return found
+
+
 def with_body(loop, body, annotations=None):
     """``loop`` (a ``For``) with ``body`` as its body (and ``annotations``, if given). On 0.27,
     which checks that IR is in SSA form, the copy defines loop variables of its own, its own
@@ -124,14 +131,7 @@ def with_body(loop, body, annotations=None):
     step = {"step": loop.step} if getattr(loop, "step", None) is not None else {}
     var = loop.loop_var
     if _FFI is not None:
-        defined = [var]
-
-        def collect(node):
-            if isinstance(node, tir.For):
-                defined.append(node.loop_var)
-
-        post_order_visit(body, collect)
-        fresh = {old: tir.Var(old.name, old.ty) for old in defined}
+        fresh = {old: tir.Var(old.name, old.ty) for old in [var, *loop_vars(body)]}
         body = rewrite(body, fresh.get, tir.Var)
         var = fresh[var]
     return tir.For(

@@ -261,7 +261,8 @@ def _schedule_rows(sch, spec: KernelSpec, tiles: tiling.Tiles):
     n, h, w, c = sch.get_loops(out)
     c_blk, c_vec, c_lane = sch.split(c, [None, tiles.ocb, lanes])
     w_blk, w_pix = sch.split(w, [None, tiles.owb])
-    parallel = (c_blk, n, h) if tiling.co_blocks_outside_rows(spec) else (n, h, c_blk)
+    co_first = tiling.co_blocks_outside_rows(spec)
+    parallel = (c_blk, n, h) if co_first else (n, h, c_blk)
     sch.reorder(*parallel, w_blk, w_pix, c_vec, c_lane)
     rows = sch.fuse(*parallel)
     sch.parallel(rows)
@@ -275,7 +276,7 @@ def _schedule_rows(sch, spec: KernelSpec, tiles: tiling.Tiles):
     extents = (1, 1, tiles.owb, tiles.ocb * lanes, kh, kw, spec.in_channels)
     _, _, *loops = _tile_loops(sch, conv, w_blk, extents)
     _register_tile(sch, conv, loops, tiles, lanes)
-    _mark_prefetch(sch, loops[-1], spec, tiles)
+    _mark_prefetch(sch, loops[-1], spec, tiles, co_first)
     if "data_pad" in blocks and tiling.pads_by_rows(spec, tiles):
         sch.compute_at(blocks["data_pad"], rows)
         _vectorize_innermost(sch, blocks["data_pad"], lanes)
@@ -295,7 +296,8 @@ def _schedule_flat(sch, spec: KernelSpec, tiles: tiling.Tiles):
     b, p, cv, cl = sch.get_loops(conv)
     p_blk, p_pix = sch.split(p, [None, tiles.owb])
     c_blk, c_vec = sch.split(cv, [None, tiles.ocb])
-    parallel = (c_blk, b, p_blk) if tiling.co_blocks_outside_rows(spec) else (b, p_blk, c_blk)
+    co_first = tiling.co_blocks_outside_rows(spec)
+    parallel = (c_blk, b, p_blk) if co_first else (b, p_blk, c_blk)
     sch.reorder(*parallel, p_pix, c_vec, cl)
     tile_loop = sch.fuse(*parallel)
     sch.parallel(tile_loop)
@@ -305,19 +307,17 @@ def _schedule_flat(sch, spec: KernelSpec, tiles: tiling.Tiles):
     extents = (1, tiles.owb, tiles.ocb, lanes, kh, kw, spec.in_channels)
     _, pix, vec, lane, *reduction = _tile_loops(sch, local, tile_loop, extents)
     _register_tile(sch, local, (pix, (vec, lane), *reduction), tiles, lanes, split_lanes=False)
-    _mark_prefetch(sch, reduction[-1], spec, tiles)
+    _mark_prefetch(sch, reduction[-1], spec, tiles, co_first)
     _pad_up_front(sch, blocks, lanes)
 
 
-def _mark_prefetch(sch, ci_loop, spec: KernelSpec, tiles: tiling.Tiles):
-    """As the Relay schedule does: with Co blocks first, the Ci loop (None: a loop of one step)
-    prefetches the group of ``ocb`` Co blocks the next parallel iteration reads
-    (``tiling.prefetches_next_group``, ``tvm_fuse.lowering``)."""
-    kh, kw = spec.kernel_size
-    group = tiles.ocb * kh * kw * spec.in_channels * spec.lanes
-    co_first = tiling.co_blocks_outside_rows(spec)
-    if ci_loop is not None and tiling.prefetches_next_group(group, co_first):
-        lowering.annotate(sch, ci_loop, group)
+def _mark_prefetch(sch, ci_loop, spec: KernelSpec, tiles: tiling.Tiles, co_first: bool):
+    """As the Relay schedule does: with Co blocks first (``co_first``), the Ci loop (None: a
+    loop of one step) prefetches the group of ``ocb`` Co blocks the next parallel iteration
+    reads (``tiling.next_group_prefetch``, ``tvm_fuse.lowering``)."""
+    ahead = tiling.next_group_prefetch(tiles.ocb, spec.weight.shape, co_first)
+    if ci_loop is not None and ahead is not None:
+        lowering.annotate(sch, ci_loop, ahead)
 
 
 def _schedule_depthwise(sch, spec: KernelSpec):
