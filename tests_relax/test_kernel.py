@@ -61,8 +61,8 @@ def _reference(spec, x, w, b, r):
     return ACTIVATIONS[spec.activation](out, spec.alpha)
 
 
-def _run(func, spec, x, w, b, r, target):
-    lib = tvm.compile(tvm.IRModule({"main": func}), target=target, tir_pipeline=PIPELINE)
+def _run(func, spec, x, w, b, r, target, pipeline=PIPELINE):
+    lib = tvm.compile(tvm.IRModule({"main": func}), target=target, tir_pipeline=pipeline)
     args = [x, packing.pack_hwio(w, spec.lanes) if spec.lanes else w]
     args += [b] if spec.bias is not None else []
     args += [r] if spec.residual is not None else []

@@ -22,7 +22,7 @@ from test_kernel import _inputs, _packed, _reference, _run
 from test_winograd import winograd_case
 from tvm_fuse import lowering
 from tvm_fuse.relax import compat, kernel, tir_pipeline
-from tvm_fuse.schedules import packing, tiling
+from tvm_fuse.schedules import tiling
 from tvm_fuse.spec import KernelSpec
 
 #: a prefetch of the weight, its index, its locality
@@ -98,11 +98,8 @@ def test_the_default_pipeline_ignores_the_marks(co_first, rng, target):
     assert lowering.PRAGMA in func.script()
     assert "prefetch" not in _asm(func, target, "default")
     x, w, b, r = _inputs(spec, rng)
-    lib = tvm.compile(tvm.IRModule({"main": func}), target=target)
-    args = [x, packing.pack_hwio(w, 8), b, r]
-    out = tvm.runtime.empty(spec.out.shape, "float32")
-    lib(*[tvm.runtime.tensor(a) for a in args], out)
-    assert_close(out.numpy(), _reference(spec, x, w, b, r), rel=1e-5)
+    got = _run(func, spec, x, w, b, r, target, pipeline="default")
+    assert_close(got, _reference(spec, x, w, b, r), rel=1e-5)
 
 
 def test_the_winograd_gemm_prefetches_into_l1(target):
