@@ -88,6 +88,33 @@ def test_arguments_must_match_the_spec():
         )
 
 
+def test_type_inference_reads_each_calls_attributes_once():
+    """The spec of a call is read from its attributes once, however many rounds of type
+    inference see the call (op.spec_of_attrs's cache)."""
+    data, weight, bias = (relay.var(n, shape=getattr(SEED, n).shape) for n in SEED.argument_names)
+    call = fused_op.fused_call(SEED, data, weight, bias)
+    fused_op.spec_of_attrs.cache_clear()
+    mod = tvm.IRModule.from_expr(relay.Function([data, weight, bias], call))
+    for _ in range(3):
+        mod = relay.transform.InferType()(mod)
+    assert fused_op.spec_of_attrs.cache_info().misses == 1
+    assert fused_op.spec_of_call(mod["main"].body) == SEED
+
+
+def test_arguments_typed_with_int64_or_any_dims_are_checked_by_value():
+    """Types equal in value but not in structure (ONNX imports shapes as int64; a dynamic
+    batch) pass the type relation's check, as a wrong shape does not."""
+    shape64 = [tvm.tir.IntImm("int64", d) for d in SEED.data.shape]
+    for data_shape in (shape64, [relay.Any(), *SEED.data.shape[1:]]):
+        data = relay.var("data", shape=data_shape)
+        weight, bias = (relay.var(n, shape=getattr(SEED, n).shape) for n in ("weight", "bias"))
+        call = fused_op.fused_call(SEED, data, weight, bias)
+        mod = relay.transform.InferType()(
+            tvm.IRModule.from_expr(relay.Function([data, weight, bias], call))
+        )
+        assert tuple(mod["main"].body.checked_type.shape) == SEED.out.shape
+
+
 def test_conv_spec_computes_the_output_size():
     spec = KernelSpec.conv((1, 56, 56, 64), (3, 3, 64, 128), strides=(2, 2), padding=(1, 1, 1, 1))
     assert spec.with_epilogue(bias=True, activation="relu") == SEED
