@@ -11,12 +11,15 @@ from __future__ import annotations
 import ast
 import fnmatch
 import functools
+import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from tvm_fuse import import_check
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "tvm_fuse"
@@ -48,7 +51,7 @@ LAYERS = [
     ("memory plan", ["memory", "memory.*", "relax.memory", "relax.offsets"]),
     ("pipeline", ["api", "relax.api"]),
     ("tuning", ["tuning", "tuning.*", "tuning_rule", "relax.tuning"]),
-    ("examples", ["examples", "models", "onnx_example", "testing"]),
+    ("examples", ["examples", "models", "onnx_example", "testing", "import_check"]),
     ("relax tools", ["relax.bench", "relax.commands"]),  # apache-tvm only
     (
         "tools",
@@ -166,7 +169,7 @@ def test_no_import_cycles(graph):
 
 
 def _python(code: str, env_drop=("TOPHUB_LOCATION",)) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in __import__("os").environ.items() if k not in env_drop}
+    env = {k: v for k, v in os.environ.items() if k not in env_drop}
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         env=env,
@@ -189,13 +192,31 @@ def _installed_stack() -> str:
     return done.stdout.strip()
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("module", sorted(set(_modules()) - {f"{PACKAGE}.__main__"}))
-def test_each_module_imports_first_in_a_fresh_interpreter(module):
+IMPORTED_FIRST = sorted(set(_modules()) - {f"{PACKAGE}.__main__"})
+
+
+@pytest.fixture(scope="module")
+def import_failures() -> dict[str, str]:
+    """Each module imported first in a child of an interpreter that has imported TVM only
+    (``tvm_fuse.import_check``), without ``TOPHUB_LOCATION`` as a user's would be."""
+    env = {k: v for k, v in os.environ.items() if k != "TOPHUB_LOCATION"}
+    return import_check.import_each_first(filter(_importable_here, IMPORTED_FIRST), env=env)
+
+
+@pytest.mark.parametrize("module", IMPORTED_FIRST)
+def test_each_module_imports_first_in_a_fresh_interpreter(module, import_failures):
     if not _importable_here(module):
         pytest.skip("the Relax backend needs apache-tvm (tests_relax imports it there)")
-    done = _python(f"import importlib; importlib.import_module({module!r})")
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert module not in import_failures, import_failures.get(module)
+
+
+def test_a_module_that_fails_to_import_is_reported_with_its_traceback(tmp_path, monkeypatch):
+    (tmp_path / "broken_first.py").write_text("import tvm\nraise ImportError('missing piece')\n")
+    (tmp_path / "fine_first.py").write_text("import tvm\nVALUE = 1\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    failures = import_check.import_each_first(["fine_first", "broken_first"])
+    assert list(failures) == ["broken_first"]
+    assert "ImportError: missing piece" in failures["broken_first"]
 
 
 @pytest.mark.llvm
