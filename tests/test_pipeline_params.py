@@ -1,6 +1,6 @@
 """``tvm_fuse.pipeline()`` used the TVM way: params bound by the pipeline or by ``relay.build``.
 
-Either way, at every opt_level (ResNet-18 at the lowest and the default), the built graph runs
+Either way, at every opt_level (ResNet-18 at the default one), the built graph runs
 the fused kernel with its whole epilogue (the BN's bias and the activation inside it): the kernels
 on the data's path are exactly those of ``tvm_fuse.build`` (which binds first), and the output is
 stock TVM's unoptimized build's.
