@@ -1,9 +1,9 @@
 """The drop-in pass pipeline and the public ``optimize`` / ``build`` / ``describe``.
 
 ``pipeline()`` is an ordinary ``tvm.transform.Sequential``: FoldBatchNorm, ConvertLayoutNHWC,
-FoldConstant, FlattenChannelBias, FuseConvBiasAct, PackWeights. Params may be bound first
-(``pipeline(params=...)``, ``optimize``) or later by ``relay.build(mod, params=...)``: the
-passes fold and fuse either way (``tvm_fuse.params``), and PackWeights packs the weights for the
+FoldConstant, FlattenChannelBias, FuseConvBiasAct, PackWeights, UnpackBatchNorm. Params may be
+bound first (``pipeline(params=...)``, ``optimize``) or later by ``relay.build(mod,
+params=...)``: the passes fold and fuse either way (``tvm_fuse.params``), and PackWeights packs the weights for the
 kernel the target will run at any opt_level. ``optimize`` checks the module, so that user
 mistakes come back as one clear error instead of a traceback from deep inside TVM. ``build``
 then hands the module to stock ``relay.build``; the fused calls reach the kernel half through
@@ -32,6 +32,7 @@ from .passes.fold_bn import FoldBatchNorm
 from .passes.fuse import FuseConvBiasAct
 from .passes.layout import ConvertLayoutNHWC
 from .passes.pack import PackWeights
+from .passes.unpack_bn import UnpackBatchNorm
 from .sizes import check_tensor_sizes
 from .spec import KernelSpec
 from .target import as_target
@@ -53,6 +54,7 @@ def passes(target=None, algorithm="auto", precision="default") -> list[tvm.trans
         ChooseAlgorithm(target, algorithm, precision),
         PackWeights(target),
         ReadNCHWInput(),
+        UnpackBatchNorm(),
     ]
 
 

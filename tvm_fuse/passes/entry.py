@@ -1,6 +1,6 @@
 """ReadNCHWInput: a fused conv reads the graph's NCHW input itself where its kernel wants that.
 
-Where it sits: the last pass of ``tvm_fuse.pipeline()``, after ``PackWeights`` (what the kernel
+Where it sits: in ``tvm_fuse.pipeline()`` after ``PackWeights`` (what the kernel
 wants depends on its packed weight). ``ConvertLayoutNHWC`` leaves one ``tvm_fuse.nchw_to_nhwc``
 transpose at each NCHW graph input. An image (3 channels) usually enters a stem conv that pads
 its input in a pass of its own anyway; that pass can read the NCHW image and transpose it as it
