@@ -4,7 +4,7 @@ Pipeline position: the last pass. ``FoldBatchNorm`` folds a BN into the conv bef
 that follows something else (a pre-activation ResNet's BN after the residual add, a BN on the
 input image) is left to ``relay.build``, whose ``SimplifyInference`` unpacks it into Relay ops on
 the statistics and whose ``FoldConstant`` then compiles and runs each of those small constant
-expressions with LLVM: about 0.3 s per BN, a quarter of a ResNet-18 (v2) build. Here ``scale``
+expressions with LLVM: about 0.6 s per BN, a quarter of a ResNet-18 (v2) build. Here ``scale``
 and ``shift`` are computed in NumPy instead, in the BN's float32 and in the order
 ``SimplifyInference`` writes them (``scale = 1 / sqrt(var + eps) * gamma``, ``shift = -mean *
 scale + beta``), so the graph computes what stock's unpacked BN computes, NaN and Inf included
