@@ -1,13 +1,12 @@
 """The drop-in pass pipeline and the public ``optimize`` / ``build`` / ``describe``.
 
-``pipeline()`` is an ordinary ``tvm.transform.Sequential``: FoldBatchNorm, ConvertLayoutNHWC,
-FoldConstant, FlattenChannelBias, FuseConvBiasAct, PackWeights, UnpackBatchNorm. Params may be
-bound first (``pipeline(params=...)``, ``optimize``) or later by ``relay.build(mod,
-params=...)``: the passes fold and fuse either way (``tvm_fuse.params``), and PackWeights packs the weights for the
-kernel the target will run at any opt_level. ``optimize`` checks the module, so that user
-mistakes come back as one clear error instead of a traceback from deep inside TVM. ``build``
-then hands the module to stock ``relay.build``; the fused calls reach the kernel half through
-the strategy registered on import.
+``pipeline()`` is an ordinary ``tvm.transform.Sequential`` of the passes ``passes()`` lists, from
+FoldBatchNorm to UnpackBatchNorm. Params may be bound first (``pipeline(params=...)``,
+``optimize``) or later by ``relay.build(mod, params=...)``: the passes fold and fuse either way
+(``tvm_fuse.params``), and PackWeights packs the weights for the kernel the target will run at
+any opt_level. ``optimize`` checks the module, so that user mistakes come back as one clear error
+instead of a traceback from deep inside TVM. ``build`` then hands the module to stock
+``relay.build``; the fused calls reach the kernel half through the strategy registered on import.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from tvm import relay
 from tvm.relay.dataflow_pattern import DFPatternCallback, is_constant, is_op, is_tuple_get_item
 from tvm.relay.dataflow_pattern import wildcard
 
-from ..ir_utils import relay_functions, use_counts
+from ..ir_utils import rewrite_functions, use_counts
 
 
 def scale_and_shift(gamma, beta, mean, var, eps, scale=True, center=True):
@@ -69,11 +69,6 @@ def UnpackBatchNorm() -> tvm.transform.Pass:  # pylint: disable=invalid-name  (T
     """Unpack each unfolded BatchNorm with constant statistics in every Relay function."""
 
     def transform(mod, _ctx):
-        mod = relay.transform.InferType()(mod)
-        for gvar, func in relay_functions(mod).items():
-            new_func = _UnpackCallback(use_counts(func)).rewrite(func)
-            if not new_func.same_as(func):
-                mod.update_func(gvar, new_func)
-        return relay.transform.InferType()(mod)
+        return rewrite_functions(mod, lambda func: _UnpackCallback(use_counts(func)).rewrite(func))
 
     return tvm.transform.module_pass(transform, opt_level=0, name="tvm_fuse.UnpackBatchNorm")
