@@ -168,8 +168,13 @@ def test_no_import_cycles(graph):
             visit(module, [module])
 
 
+def _environ(drop=("TOPHUB_LOCATION",)) -> dict[str, str]:
+    """This process's environment without ``drop``: a user's, where the suite sets TopHub off."""
+    return {k: v for k, v in os.environ.items() if k not in drop}
+
+
 def _python(code: str, env_drop=("TOPHUB_LOCATION",)) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in env_drop}
+    env = _environ(env_drop)
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         env=env,
@@ -199,8 +204,7 @@ IMPORTED_FIRST = sorted(set(_modules()) - {f"{PACKAGE}.__main__"})
 def import_failures() -> dict[str, str]:
     """Each module imported first in a child of an interpreter that has imported TVM only
     (``tvm_fuse.import_check``), without ``TOPHUB_LOCATION`` as a user's would be."""
-    env = {k: v for k, v in os.environ.items() if k != "TOPHUB_LOCATION"}
-    return import_check.import_each_first(filter(_importable_here, IMPORTED_FIRST), env=env)
+    return import_check.import_each_first(filter(_importable_here, IMPORTED_FIRST), env=_environ())
 
 
 @pytest.mark.parametrize("module", IMPORTED_FIRST)
