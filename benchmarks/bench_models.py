@@ -215,18 +215,10 @@ def profile(mod, params, data, target, top: int, peak=None, specs=None, lib=None
         specs = tvm_fuse.describe(tvm_fuse.optimize(mod, params, target))
     weight_bytes = sum(tensor_bytes(v.shape, v.dtype) for v in lib.get_params().values())
     weight_bytes -= fallback_bytes(specs)
-    specs = _specs_by_shapes(specs)
-    graph = json.loads(graph_json)
-    shapes, first_entry = graph["attrs"]["shape"][1], graph["node_row_ptr"]
-    kernels = []
-    for i, (node, runs_ms) in enumerate(zip(graph["nodes"], runs)):
-        if node["op"] != "tvm_op":
-            continue
-        inputs = [shapes[first_entry[entry[0]] + entry[1]] for entry in node["inputs"]]
-        out = shapes[first_entry[i]]
-        kernel = {"node": node["name"], "shape": out, "ms": statistics.median(runs_ms)}
-        kernel["runs_ms"] = runs_ms
-        spec = specs.get(_shape_key(inputs[:2], out))
+    kernels, nodes = [], json.loads(graph_json)["nodes"]
+    for i, out, spec in kernel_nodes(graph_json, specs):
+        kernel = {"node": nodes[i]["name"], "shape": out, "ms": statistics.median(runs[i])}
+        kernel["runs_ms"] = runs_ms = runs[i]
         if spec is not None:
             kernel.update(algorithm=spec.algorithm_name, gflop=spec.flops / 1e9)
             kernel["pct_peak"] = kernel_profile.pct_in_rounds(kernel["gflop"], runs_ms, peaks)
@@ -249,6 +241,23 @@ def _kernel_rounds(dbg, peak) -> tuple[list[list[float]], list[float] | None]:
         rounds.append(dbg.run_individual(number=5, repeat=1, min_repeat_ms=50))
     runs = [[node[0] * 1e3 for node in by_round] for by_round in zip(*rounds)]
     return runs, peaks or None
+
+
+def kernel_nodes(graph_json: str, specs) -> list[tuple[int, list, object]]:
+    """(node index, output shape, ``KernelSpec`` or None) of each kernel of a built module's
+    graph, in execution order; the spec found among ``specs`` by the node's shapes
+    (:func:`_specs_by_shapes`), None for a kernel that is no fused conv."""
+    by_shapes = _specs_by_shapes(specs)
+    graph = json.loads(graph_json)
+    shapes, first_entry = graph["attrs"]["shape"][1], graph["node_row_ptr"]
+    found = []
+    for i, node in enumerate(graph["nodes"]):
+        if node["op"] != "tvm_op":
+            continue
+        inputs = [shapes[first_entry[entry[0]] + entry[1]] for entry in node["inputs"]]
+        out = shapes[first_entry[i]]
+        found.append((i, out, by_shapes.get(_shape_key(inputs[:2], out))))
+    return found
 
 
 def _shape_key(inputs, out) -> tuple:

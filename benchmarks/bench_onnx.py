@@ -7,9 +7,12 @@ at 56x56 (quick to build). ONNX Runtime runs the file
 itself, input and output bound once; tvm_fuse and stock TVM (``relay.build`` at opt_level 3,
 NCHWc) build the Relay module TVM's ONNX importer makes of it, weights frozen as constants.
 Every output is checked against ONNX Runtime's; the report counts the kernels tvm_fuse runs by
-algorithm (``direct``, ``depthwise``, ``winograd F(mxm)``).
+algorithm (``direct``, ``depthwise``, ``winograd F(mxm)``). ``--by-conv`` adds, per model, the
+time of each conv shape within whole runs against ONNX Runtime's (``conv_compare``): where
+tvm_fuse wins and loses.
 
-    tvm-fuse bench onnx [--models mobilenet_v2,resnet18] [--quick] [--results DIR] [--json PATH]
+    tvm-fuse bench onnx [--models mobilenet_v2,resnet18] [--by-conv] [--quick] [--results DIR]
+                        [--json PATH]
     python -m tvm_fuse.bench.bench_onnx ...  (the same)
 """
 
@@ -20,7 +23,7 @@ import sys
 import tempfile
 from dataclasses import asdict
 
-from tvm_fuse.bench import common, peers  # noqa: E402  (common first: thread environment)
+from tvm_fuse.bench import common, conv_compare, peers  # noqa: E402  (common first: threads)
 from tvm_fuse.bench.layer_table import write_onnx_model  # noqa: E402
 
 import onnx  # noqa: E402
@@ -41,13 +44,17 @@ def relay_module(path, data_shape) -> tuple:
     return relay.frontend.from_onnx(onnx.load(path), {"data": data_shape}, freeze_params=True)
 
 
-def bench_model(name: str, target, cfg: common.TimingConfig, folder, impls=IMPLS) -> dict:
+def bench_model(
+    name: str, target, cfg: common.TimingConfig, folder, impls=IMPLS, by_conv: bool = False
+) -> dict:
     """Time ``impls`` on the ONNX model ``name``; every output checked against ONNX Runtime's
-    (stock TVM's when ONNX Runtime is not installed or not wanted)."""
+    (stock TVM's when ONNX Runtime is not installed or not wanted). ``by_conv``: also compare
+    the timed tvm_fuse build with ONNX Runtime conv by conv (``conv_compare.by_conv``)."""
     path, data = write_onnx_model(name, folder)
     mod, params = relay_module(path, data.shape)
     tvm_impls = [name for name in impls if name in common.TVM_BUILDERS]
-    preps = peers.implementations(mod, params, data, target, None, tvm_impls)
+    built = {}
+    preps = peers.implementations(mod, params, data, target, None, tvm_impls, built)
     if "onnxruntime" in impls:  # on the file itself, not on a PyTorch module's export
         preps["onnxruntime"] = lambda: peers.ort_file_runner(path, data)
     available = "onnxruntime" in preps and not common.peers_available()["onnxruntime"]
@@ -61,6 +68,9 @@ def bench_model(name: str, target, cfg: common.TimingConfig, folder, impls=IMPLS
     }
     record["paired_ratios"] = {f"tvm_fuse/{peer}": value for peer, value in paired.items()}
     record["algorithms"] = common.algorithms_chosen(mod, params, target)
+    if by_conv and "tvm_fuse" in built and "onnxruntime" in results:
+        specs = tvm_fuse.describe(tvm_fuse.optimize(mod, params, target))
+        record["by_conv"] = conv_compare.by_conv(built["tvm_fuse"], specs, path, data)
     return record
 
 
@@ -98,6 +108,11 @@ def main(argv=None) -> int:
     parser.add_argument("--models", help=f"comma-separated names of {', '.join(MODELS)}")
     parser.add_argument("--quick", action="store_true", help="few short repeats")
     parser.add_argument("--no-peers", action="store_true", help="TVM implementations only")
+    parser.add_argument(
+        "--by-conv",
+        action="store_true",
+        help="also time each conv within whole runs against ONNX Runtime's",
+    )
     common.add_output_options(parser, "onnx")
     args = parser.parse_args(argv)
     names = common.select(parser, args.models or ",".join(DEFAULT_MODELS), MODELS)
@@ -112,8 +127,11 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as folder:
         for name in names:
             print(f"model {name}", flush=True)
-            records.append(bench_model(name, target, cfg, folder, impls))
+            records.append(bench_model(name, target, cfg, folder, impls, args.by_conv))
     print_report(records)
+    for rec in records:
+        if "by_conv" in rec:
+            conv_compare.print_by_conv(rec["model"], rec["by_conv"])
     payload = {"machine": common.machine_info(), "timing": asdict(cfg), "models": records}
     payload["ok"] = all(rec["ok"] for rec in records)
     return common.finish(payload, common.json_path(args))

@@ -63,12 +63,16 @@ def onnx_export(module, data: np.ndarray, path: Path) -> Path:
     return path
 
 
-def ort_session(path):
+def ort_session(path, profile_prefix: str | None = None):
     """An ONNX Runtime session on the ONNX file ``path``: ``THREADS`` intra-op threads, one
-    sequential inter-op stream, every graph optimization, CPU."""
+    sequential inter-op stream, every graph optimization, CPU; with ``profile_prefix``, its
+    profiler on, writing a file of that prefix (``session.end_profiling()`` names it)."""
     import onnxruntime as ort  # pylint: disable=import-outside-toplevel
 
     options = ort.SessionOptions()
+    if profile_prefix is not None:
+        options.enable_profiling = True
+        options.profile_file_prefix = profile_prefix
     options.intra_op_num_threads = common.THREADS
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL

@@ -33,7 +33,8 @@ def test_mobilenet_v2_fuses_every_conv_and_matches_onnxruntime(tmp_path):
 
 def test_bench_onnx_records_every_implementation_checked_against_onnxruntime(tmp_path):
     out = tmp_path / "onnx.json"
-    assert bench_onnx.main(["--models", "block", "--quick", "--json", str(out)]) == 0
+    args = ["--models", "block", "--quick", "--by-conv", "--json", str(out)]
+    assert bench_onnx.main(args) == 0
     (record,) = json.loads(out.read_text())["models"]
     assert set(record["results"]) == {"tvm_fuse", "tvm_nchwc", "onnxruntime"}
     assert record["results"]["onnxruntime"]["check"] is None  # the reference
@@ -42,3 +43,8 @@ def test_bench_onnx_records_every_implementation_checked_against_onnxruntime(tmp
     assert record["algorithms"].startswith("2 ")  # the block's two convs, as the model chose
     assert set(record["paired_ratios"]) == {"tvm_fuse/tvm_nchwc", "tvm_fuse/onnxruntime"}
     assert all(value > 0 for value in record["paired_ratios"].values())
+    # --by-conv: both sides name the block's two 3x3 convs alike, so they share one row
+    (conv,) = [row for row in record["by_conv"]["rows"] if "->" in row["label"]]  # the convs
+    assert conv["label"] == "3x3/1 64->64 @56x56" and conv["count"] == 2
+    assert conv["tvm_fuse_ms"] > 0 and conv["onnxruntime_ms"] > 0
+    assert conv["ratio"] == conv["tvm_fuse_ms"] / conv["onnxruntime_ms"]
