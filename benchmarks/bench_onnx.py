@@ -122,6 +122,8 @@ def main(argv=None) -> int:
     note = common.peers_available()["onnxruntime"]
     if note and "onnxruntime" in impls:
         print(f"note: peer skipped: {note}")
+    if args.by_conv and (note or "onnxruntime" not in impls):
+        print("note: --by-conv compares with ONNX Runtime, which this run does not time: skipped")
     common.warm_up_tvm(target)
     records = []
     with tempfile.TemporaryDirectory() as folder:

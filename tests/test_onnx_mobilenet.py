@@ -48,3 +48,13 @@ def test_bench_onnx_records_every_implementation_checked_against_onnxruntime(tmp
     assert conv["label"] == "3x3/1 64->64 @56x56" and conv["count"] == 2
     assert conv["tvm_fuse_ms"] > 0 and conv["onnxruntime_ms"] > 0
     assert conv["ratio"] == conv["tvm_fuse_ms"] / conv["onnxruntime_ms"]
+
+
+def test_bench_onnx_by_conv_without_onnx_runtime_says_it_is_skipped(tmp_path, capsys):
+    out = tmp_path / "onnx.json"
+    args = ["--models", "block", "--quick", "--no-peers", "--by-conv", "--json", str(out)]
+    assert bench_onnx.main(args) == 0
+    note = "--by-conv compares with ONNX Runtime, which this run does not time: skipped"
+    assert note in capsys.readouterr().out
+    (record,) = json.loads(out.read_text())["models"]
+    assert "by_conv" not in record
