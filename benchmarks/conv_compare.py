@@ -25,26 +25,36 @@ from tvm_fuse.bench import bench_models, common, peers  # noqa: E402  (common fi
 ROUNDS = 11
 
 
-def conv_label(kernel: tuple[int, int], stride: int, ci: int, co: int, out_hw) -> str:
-    """A conv's shape as both sides' rows name it: ``3x3/1 256->256 @14x14``."""
-    return f"{kernel[0]}x{kernel[1]}/{stride} {ci}->{co} @{out_hw[0]}x{out_hw[1]}"
+#: ONNX Runtime's blocked (NCHWc) convs pad channels to their block (16 fp32 with AVX-512, 8
+#: with AVX2), and its profile records the padded shapes (MobileNet-v2's 96 -> 24 projection as
+#: 96 -> 32): rows are matched with their channels rounded up to this.
+CHANNEL_BLOCK = 16
 
 
-def spec_label(spec) -> str:
-    """:func:`conv_label` of a fused kernel's ``KernelSpec``."""
-    return conv_label(
+def conv_names(kernel: tuple[int, int], stride: int, ci: int, co: int, out_hw) -> tuple:
+    """(label, key) of a conv's row: the label as a row shows it, ``3x3/1 256->256 @14x14``;
+    the key both sides match on, its channels rounded up to ``CHANNEL_BLOCK``."""
+    label = f"{kernel[0]}x{kernel[1]}/{stride} {ci}->{co} @{out_hw[0]}x{out_hw[1]}"
+    blocks = tuple(-(-c // CHANNEL_BLOCK) * CHANNEL_BLOCK for c in (ci, co))
+    return label, (tuple(kernel), stride, *blocks, tuple(out_hw))
+
+
+def spec_names(spec) -> tuple:
+    """:func:`conv_names` of a fused kernel's ``KernelSpec``."""
+    return conv_names(
         spec.kernel_size, spec.strides[0], spec.in_channels, spec.out_channels, spec.out_hw
     )
 
 
-def ort_node_label(op_name: str, input_shapes: list, output_shape) -> str:
-    """:func:`conv_label` of an ONNX Runtime ``Conv``/``FusedConv`` node (NCHW data, OIHW
-    weight), its stride read off the input and output maps; other ops by their name."""
+def ort_node_names(op_name: str, input_shapes: list, output_shape) -> tuple:
+    """:func:`conv_names` of an ONNX Runtime ``Conv``/``FusedConv`` node (NCHW data, OIHW
+    weight; Ci is the data's, as the weight of a grouped conv holds Ci / groups), its stride
+    read off the input and output maps; other ops named and keyed by their op."""
     if op_name not in ("Conv", "FusedConv") or len(input_shapes) < 2:
-        return op_name
-    (_, _, height, _), (co, ci, kh, kw) = input_shapes[:2]
+        return op_name, op_name
+    (_, ci, height, _), (co, _, kh, kw) = input_shapes[:2]
     out_h, out_w = output_shape[2:]
-    return conv_label((kh, kw), max(1, round(height / out_h)), ci, co, (out_h, out_w))
+    return conv_names((kh, kw), max(1, round(height / out_h)), ci, co, (out_h, out_w))
 
 
 def kernel_name(func_name: str) -> str:
@@ -54,8 +64,8 @@ def kernel_name(func_name: str) -> str:
 
 def tvm_fuse_rows(lib, specs, data, rounds: int = ROUNDS) -> list[dict]:
     """Each kernel of tvm_fuse's build ``lib`` (graph executor) in ``rounds`` whole runs:
-    ``label`` (its conv's, from ``specs`` by the node's shapes, or the node's op), ``algorithm``
-    and the median ``ms``."""
+    ``label`` and ``key`` (its conv's, from ``specs`` by the node's shapes, or the node's op),
+    ``algorithm`` and the median ``ms``."""
     graph_json = lib.get_graph_json()
     labelled = {i: spec for i, _, spec in bench_models.kernel_nodes(graph_json, specs)}
     nodes = json.loads(graph_json)["nodes"]
@@ -74,15 +84,19 @@ def tvm_fuse_rows(lib, specs, data, rounds: int = ROUNDS) -> list[dict]:
     rows = []
     for index in kernels:
         spec = labelled.get(index)
-        label = spec_label(spec) if spec else kernel_name(nodes[index]["attrs"]["func_name"])
+        if spec is None:
+            label = key = kernel_name(nodes[index]["attrs"]["func_name"])
+        else:
+            label, key = spec_names(spec)
         algorithm = spec.algorithm_name if spec else "other"
-        rows.append({"label": label, "algorithm": algorithm, "ms": statistics.median(times[index])})
+        ms = statistics.median(times[index])
+        rows.append({"label": label, "key": key, "algorithm": algorithm, "ms": ms})
     return rows
 
 
 def ort_rows(path, data, rounds: int = ROUNDS) -> list[dict]:
     """Each node ONNX Runtime runs for the ONNX file ``path`` (``peers.ort_session``'s options),
-    from its profiler over ``rounds`` whole runs: ``label`` and the median ``ms``."""
+    from its profiler over ``rounds`` whole runs: ``label``, ``key`` and the median ``ms``."""
     with tempfile.TemporaryDirectory() as folder:
         session = peers.ort_session(path, profile_prefix=f"{folder}/ort")
         session.run(None, {"data": data})  # warm-up
@@ -90,28 +104,32 @@ def ort_rows(path, data, rounds: int = ROUNDS) -> list[dict]:
             session.run(None, {"data": data})
         with open(session.end_profiling(), encoding="utf-8") as file:
             events = json.load(file)
-    times, labels = collections.defaultdict(list), {}
+    times, names = collections.defaultdict(list), {}
     for event in events:
         if event.get("cat") != "Node" or not event["name"].endswith("_kernel_time"):
             continue
         args = event["args"]
         shapes = [next(iter(t.values())) for t in args.get("input_type_shape", [])]
         outputs = [next(iter(t.values())) for t in args.get("output_type_shape", [])]
-        labels[event["name"]] = ort_node_label(args["op_name"], shapes, outputs[0])
+        names[event["name"]] = ort_node_names(args["op_name"], shapes, outputs[0])
         times[event["name"]].append(event["dur"] / 1e3)
     # the first run is the warm-up
-    return [{"label": labels[n], "ms": statistics.median(t[1:] or t)} for n, t in times.items()]
+    return [
+        {"label": names[n][0], "key": names[n][1], "ms": statistics.median(t[1:] or t)}
+        for n, t in times.items()
+    ]
 
 
 def compare(fuse: list[dict], ort: list[dict]) -> list[dict]:
-    """Both sides' rows summed by label, slowest on ONNX Runtime first: ``label``, ``count``
+    """Both sides' rows summed by key, slowest on ONNX Runtime first: ``label`` (tvm_fuse's
+    where it has the row: ONNX Runtime's may show padded channels), ``count``
     (the larger side's), ``tvm_fuse_ms``, ``onnxruntime_ms``, ``ratio`` (None where a side has
     no such row; a side's ms None where it has none) and tvm_fuse's ``algorithms``."""
     groups: dict[str, dict] = {}
     for side, rows in (("tvm_fuse", fuse), ("onnxruntime", ort)):
         for row in rows:
             group = groups.setdefault(
-                row["label"],
+                row["key"],
                 {"label": row["label"], "tvm_fuse": [], "onnxruntime": [], "algorithms": set()},
             )
             group[side].append(row["ms"])
