@@ -99,6 +99,7 @@ def ort_rows(path, data, rounds: int = ROUNDS) -> list[dict]:
     from its profiler over ``rounds`` whole runs: ``label``, ``key`` and the median ``ms``."""
     with tempfile.TemporaryDirectory() as folder:
         session = peers.ort_session(path, profile_prefix=f"{folder}/ort")
+        common.settle()  # TVM's worker threads spin for a while after tvm_fuse's runs
         session.run(None, {"data": data})  # warm-up
         for _ in range(rounds):
             session.run(None, {"data": data})
@@ -125,7 +126,7 @@ def compare(fuse: list[dict], ort: list[dict]) -> list[dict]:
     where it has the row: ONNX Runtime's may show padded channels), ``count``
     (the larger side's), ``tvm_fuse_ms``, ``onnxruntime_ms``, ``ratio`` (None where a side has
     no such row; a side's ms None where it has none) and tvm_fuse's ``algorithms``."""
-    groups: dict[str, dict] = {}
+    groups: dict[object, dict] = {}
     for side, rows in (("tvm_fuse", fuse), ("onnxruntime", ort)):
         for row in rows:
             group = groups.setdefault(
@@ -163,6 +164,7 @@ def by_conv(lib, specs, path, data, rounds: int = ROUNDS) -> dict:
 
 
 def print_by_conv(model: str, result: dict) -> None:
+    """The table of :func:`by_conv`'s ``result`` for ``model``, with both sides' sums."""
     rows = [
         [r["label"], r["count"], r["tvm_fuse_ms"], r["onnxruntime_ms"], r["ratio"], r["algorithms"]]
         for r in result["rows"]
