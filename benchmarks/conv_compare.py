@@ -152,15 +152,50 @@ def compare(fuse: list[dict], ort: list[dict]) -> list[dict]:
     return sorted(out, key=lambda row: (-(row["onnxruntime_ms"] or 0), -(row["tvm_fuse_ms"] or 0)))
 
 
+def conv_kind(row: dict) -> str:
+    """The kind of conv a :func:`compare` row is, for :func:`by_kind`: ``1x1``, ``depthwise``,
+    ``winograd`` or ``direct KxK`` by what tvm_fuse runs; ``other`` for a row that is no conv
+    on both sides."""
+    if row["ratio"] is None:
+        return "other"
+    algorithms = row["algorithms"]
+    if "winograd" in algorithms or "depthwise" in algorithms:
+        return "winograd" if "winograd" in algorithms else "depthwise"
+    window = row["label"].split("/", 1)[0]
+    return window if window == "1x1" else f"direct {window}"
+
+
+def by_kind(rows: list[dict]) -> list[dict]:
+    """:func:`compare`'s rows summed by :func:`conv_kind`: ``kind``, ``count``, both sides' ms
+    and their ``ratio``; the rows one side lacks (ops only it runs) as ``other``."""
+    kinds: dict[str, list] = {}
+    for row in rows:
+        total = kinds.setdefault(conv_kind(row), [0, 0.0, 0.0])
+        total[0] += row["count"]
+        total[1] += row["tvm_fuse_ms"] or 0.0
+        total[2] += row["onnxruntime_ms"] or 0.0
+    return [
+        {
+            "kind": kind,
+            "count": count,
+            "tvm_fuse_ms": fuse_ms,
+            "onnxruntime_ms": ort_ms,
+            "ratio": fuse_ms / ort_ms if kind != "other" and ort_ms else None,
+        }
+        for kind, (count, fuse_ms, ort_ms) in sorted(kinds.items(), key=lambda kv: -kv[1][2])
+    ]
+
+
 def by_conv(lib, specs, path, data, rounds: int = ROUNDS) -> dict:
     """:func:`compare` of tvm_fuse's build ``lib`` of the ONNX file ``path`` (``specs``: its
-    ``KernelSpec``s) and ONNX Runtime's run of it, with each side's summed ``*_sum_ms``."""
+    ``KernelSpec``s) and ONNX Runtime's run of it, the same :func:`by_kind`, and each side's
+    summed ``*_sum_ms``."""
     rows = compare(tvm_fuse_rows(lib, specs, data, rounds), ort_rows(path, data, rounds))
     sums = {
         f"{side}_sum_ms": sum(r[f"{side}_ms"] or 0.0 for r in rows)
         for side in ("tvm_fuse", "onnxruntime")
     }
-    return {"rounds": rounds, "rows": rows, **sums}
+    return {"rounds": rounds, "rows": rows, "by_kind": by_kind(rows), **sums}
 
 
 def print_by_conv(model: str, result: dict) -> None:
@@ -174,4 +209,12 @@ def print_by_conv(model: str, result: dict) -> None:
         ["conv (k/stride Ci->Co @out)", "n", "tvm_fuse ms", "ORT ms", "fuse/ORT", "tvm_fuse runs"],
         rows,
         title=f"\n{model}: conv by conv within whole runs (medians of {result['rounds']} runs)",
+    )
+    common.print_table(
+        ["kind", "n", "tvm_fuse ms", "ORT ms", "fuse/ORT"],
+        [
+            [k["kind"], k["count"], k["tvm_fuse_ms"], k["onnxruntime_ms"], k["ratio"]]
+            for k in result["by_kind"]
+        ],
+        title=f"\n{model}: the same by kind of conv (other: ops one side runs alone)",
     )

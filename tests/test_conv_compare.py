@@ -85,3 +85,32 @@ def test_a_row_shows_tvm_fuses_label_where_onnx_runtime_padded_the_channels():
 
 def test_kernel_names_lose_tvms_common_prefix():
     assert conv_compare.kernel_name("tvmgen_default_fused_nn_max_pool2d") == "nn_max_pool2d"
+
+
+def test_by_kind_sums_the_paired_rows_by_what_tvm_fuse_runs():
+    rows = [
+        {"label": "1x1/1 256->64 @56x56", "count": 2, "tvm_fuse_ms": 0.4, "onnxruntime_ms": 0.5,
+         "ratio": 0.8, "algorithms": "direct"},
+        {"label": "1x1/2 256->512 @28x28", "count": 1, "tvm_fuse_ms": 0.2, "onnxruntime_ms": 0.3,
+         "ratio": 0.67, "algorithms": "direct"},
+        {"label": "3x3/1 64->64 @56x56", "count": 3, "tvm_fuse_ms": 0.9, "onnxruntime_ms": 2.0,
+         "ratio": 0.45, "algorithms": "winograd F(4x4)"},
+        {"label": "7x7/2 3->64 @112x112", "count": 1, "tvm_fuse_ms": 0.8, "onnxruntime_ms": 0.75,
+         "ratio": 1.07, "algorithms": "direct"},
+        {"label": "3x3/1 144->144 @56x56", "count": 1, "tvm_fuse_ms": 0.08, "onnxruntime_ms": 0.1,
+         "ratio": 0.8, "algorithms": "depthwise"},
+        {"label": "MaxPool", "count": 1, "tvm_fuse_ms": None, "onnxruntime_ms": 0.1,
+         "ratio": None, "algorithms": ""},
+        {"label": "nn_max_pool2d", "count": 1, "tvm_fuse_ms": 0.09, "onnxruntime_ms": None,
+         "ratio": None, "algorithms": "other"},
+    ]
+    kinds = {k["kind"]: k for k in conv_compare.by_kind(rows)}
+    assert set(kinds) == {"1x1", "winograd", "direct 7x7", "depthwise", "other"}
+    assert kinds["1x1"]["count"] == 3
+    assert kinds["1x1"]["tvm_fuse_ms"] == pytest.approx(0.6)
+    assert kinds["1x1"]["ratio"] == pytest.approx(0.6 / 0.8)
+    assert kinds["winograd"]["ratio"] == pytest.approx(0.45)
+    assert kinds["other"]["tvm_fuse_ms"] == pytest.approx(0.09)
+    assert kinds["other"]["onnxruntime_ms"] == pytest.approx(0.1)
+    assert kinds["other"]["ratio"] is None
+    assert conv_compare.by_kind(rows)[0]["kind"] == "winograd"  # the most ONNX Runtime time first
