@@ -215,9 +215,9 @@ def profile(mod, params, data, target, top: int, peak=None, specs=None, lib=None
         specs = tvm_fuse.describe(tvm_fuse.optimize(mod, params, target))
     weight_bytes = sum(tensor_bytes(v.shape, v.dtype) for v in lib.get_params().values())
     weight_bytes -= fallback_bytes(specs)
-    kernels, nodes = [], json.loads(graph_json)["nodes"]
-    for i, out, spec in kernel_nodes(graph_json, specs):
-        kernel = {"node": nodes[i]["name"], "shape": out, "ms": statistics.median(runs[i])}
+    kernels = []
+    for i, node, out, spec in kernel_nodes(graph_json, specs):
+        kernel = {"node": node["name"], "shape": out, "ms": statistics.median(runs[i])}
         kernel["runs_ms"] = runs_ms = runs[i]
         if spec is not None:
             kernel.update(algorithm=spec.algorithm_name, gflop=spec.flops / 1e9)
@@ -243,9 +243,9 @@ def _kernel_rounds(dbg, peak) -> tuple[list[list[float]], list[float] | None]:
     return runs, peaks or None
 
 
-def kernel_nodes(graph_json: str, specs) -> list[tuple[int, list, object]]:
-    """(node index, output shape, ``KernelSpec`` or None) of each kernel of a built module's
-    graph, in execution order; the spec found among ``specs`` by the node's shapes
+def kernel_nodes(graph_json: str, specs) -> list[tuple[int, dict, list, object]]:
+    """(node index, node, output shape, ``KernelSpec`` or None) of each kernel of a built
+    module's graph, in execution order; the spec found among ``specs`` by the node's shapes
     (:func:`_specs_by_shapes`), None for a kernel that is no fused conv."""
     by_shapes = _specs_by_shapes(specs)
     graph = json.loads(graph_json)
@@ -256,7 +256,7 @@ def kernel_nodes(graph_json: str, specs) -> list[tuple[int, list, object]]:
             continue
         inputs = [shapes[first_entry[entry[0]] + entry[1]] for entry in node["inputs"]]
         out = shapes[first_entry[i]]
-        found.append((i, out, by_shapes.get(_shape_key(inputs[:2], out))))
+        found.append((i, node, out, by_shapes.get(_shape_key(inputs[:2], out))))
     return found
 
 

@@ -67,9 +67,9 @@ def bench_model(
         if peer in results
     }
     record["paired_ratios"] = {f"tvm_fuse/{peer}": value for peer, value in paired.items()}
-    record["algorithms"] = common.algorithms_chosen(mod, params, target)
+    specs = tvm_fuse.describe(tvm_fuse.optimize(mod, params, target))
+    record["algorithms"] = common.algorithm_counts(specs)
     if by_conv and "tvm_fuse" in built and "onnxruntime" in results:
-        specs = tvm_fuse.describe(tvm_fuse.optimize(mod, params, target))
         record["by_conv"] = conv_compare.by_conv(built["tvm_fuse"], specs, path, data)
     return record
 

@@ -112,9 +112,13 @@ def build_fuse_direct(mod, params, target):
 
 
 def algorithms_chosen(mod, params, target) -> str:
-    """What ``tvm_fuse.build`` runs for the convs of ``mod``, counted: e.g. "2 direct,
-    1 winograd F(4x4)"; "none fused" when no conv becomes a fused kernel."""
-    specs = tvm_fuse.describe(tvm_fuse.optimize(mod, params, target))
+    """What ``tvm_fuse.build`` runs for the convs of ``mod``, counted (:func:`algorithm_counts`)."""
+    return algorithm_counts(tvm_fuse.describe(tvm_fuse.optimize(mod, params, target)))
+
+
+def algorithm_counts(specs) -> str:
+    """The algorithms of a model's ``KernelSpec``s, counted: e.g. "2 direct, 1 winograd
+    F(4x4)"; "none fused" when no conv becomes a fused kernel."""
     names = collections.Counter(s.algorithm_name for s in specs)
     if len(specs) == 1:
         return next(iter(names))

@@ -66,10 +66,7 @@ def tvm_fuse_rows(lib, specs, data, rounds: int = ROUNDS) -> list[dict]:
     """Each kernel of tvm_fuse's build ``lib`` (graph executor) in ``rounds`` whole runs:
     ``label`` and ``key`` (its conv's, from ``specs`` by the node's shapes, or the node's op),
     ``algorithm`` and the median ``ms``."""
-    graph_json = lib.get_graph_json()
-    labelled = {i: spec for i, _, spec in bench_models.kernel_nodes(graph_json, specs)}
-    nodes = json.loads(graph_json)["nodes"]
-    kernels = [i for i, node in enumerate(nodes) if node["op"] == "tvm_op"]
+    kernels = bench_models.kernel_nodes(lib.get_graph_json(), specs)
     times = collections.defaultdict(list)
     with tempfile.TemporaryDirectory() as dumps:
         module = common.debug_module(lib, {"data": data}, dumps)
@@ -79,13 +76,12 @@ def tvm_fuse_rows(lib, specs, data, rounds: int = ROUNDS) -> list[dict]:
             calls = module.profile().calls
             if len(calls) != len(kernels):
                 raise RuntimeError(f"{len(calls)} profiled calls for {len(kernels)} kernels")
-            for index, call in zip(kernels, calls):
+            for (index, *_), call in zip(kernels, calls):
                 times[index].append(call["Duration (us)"].microseconds / 1e3)
     rows = []
-    for index in kernels:
-        spec = labelled.get(index)
+    for index, node, _, spec in kernels:
         if spec is None:
-            label = key = kernel_name(nodes[index]["attrs"]["func_name"])
+            label = key = kernel_name(node["attrs"]["func_name"])
         else:
             label, key = spec_names(spec)
         algorithm = spec.algorithm_name if spec else "other"
