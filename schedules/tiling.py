@@ -220,6 +220,7 @@ class Machine:
     l2_bytes: int = field(default_factory=host_l2_bytes)  # L2 cache per core, for that rule
     flat_gain: float = FLAT_GAIN  # margin a flat tile needs over a Wo tile, output in L2
     memory_speed: float = 1.0  # how fast weights stream from memory, relative to Zen 3's
+    prefetch_into_l1: bool = True  # the Winograd GEMM prefetches into L1 too (else L2 only)
 
 
 @dataclass(frozen=True)
@@ -248,7 +249,13 @@ def machine_for(lanes: int) -> Machine:
     (``host_splits_avx512``), and takes the base model; other AMD cores (Zen 5) take the L2
     weight model without spilling and keep a tile's weights within L2; Intel's take the L2
     weight model. Zen 5's and Intel's AVX-512 cores stream weights twice as fast as Zen 3
-    (``ZEN5_MEMORY_SPEED``, ``INTEL_AVX512_MEMORY_SPEED``)."""
+    (``ZEN5_MEMORY_SPEED``, ``INTEL_AVX512_MEMORY_SPEED``). Intel's prefetch the Winograd GEMM's
+    next weight slice into L2 only (presumably because a prefetch into L1 holds one of the core's
+    few L1 miss buffers until its line comes from memory; no PMU here to tell). On an Intel Xeon
+    (reported as ``rocketlake``) the Winograd convs of ResNet-50 timed alone with their weights
+    flushed ran in 0.970x the time that way (512 -> 512 on 7x7 0.936x; the same build timed twice
+    0.999x; 11 interleaved rounds), as fast with them warm (0.996x), and ResNet-18 in 0.95-0.99x
+    (conv by conv within whole runs, 3 runs)."""
     if lanes < 16:
         return Machine(
             lanes=lanes, fma_lanes=lanes, vregs=16, weights_fit_l2=True, flat_gain=AVX2_FLAT_GAIN
@@ -272,6 +279,7 @@ def machine_for(lanes: int) -> Machine:
         vregs=32,
         l2_weight_model=True,
         memory_speed=INTEL_AVX512_MEMORY_SPEED,
+        prefetch_into_l1=False,
     )
 
 

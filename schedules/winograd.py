@@ -258,7 +258,7 @@ def _schedule_gemm(cfg, s, gemm, lanes, tile_co, chunk):
     _, co_vectors, ci, _ = (int(d) for d in gemm.op.input_tensors[1].shape)
     ahead = winograd_tiling.gemm_prefetch_distance(co_vectors, ci, lanes, chunk, tile_co)
     if ahead is not None:
-        lowering.mark(s[local], rc, ahead, into_l1=winograd_tiling.GEMM_PREFETCH_INTO_L1)
+        lowering.mark(s[local], rc, ahead, into_l1=winograd_tiling.gemm_prefetches_into_l1(lanes))
     s[local].unroll(ltw)
     s[local].unroll(lco_v)
     s[local].vectorize(lco_l)

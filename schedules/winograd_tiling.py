@@ -98,12 +98,15 @@ def chunk_and_tile_co(co_vectors: int, co_chunks: int, tile_co: int) -> tuple[in
     return chunk, tile_co
 
 
-#: The GEMM prefetches the next weight slice into L1 as well as L2 (``tvm_fuse.lowering``). On
-#: Zen 5, chains of 512 -> 512 convs on 7x7 (F(2x2), 16.8 MB of weight points from memory per
-#: conv) ran in 0.93-0.95x the time with it (3 interleaved runs); 256 on 14x14, 128 on 28x28 and
-#: 64 on 56x56 in 0.98-1.00x; the 7x7 and 14x14 ones as AVX2 code (``-mcpu=znver3``) in
-#: 0.98-0.99x.
-GEMM_PREFETCH_INTO_L1 = True
+def gemm_prefetches_into_l1(lanes: int) -> bool:
+    """Whether the GEMM prefetches the next weight slice into L1 as well as L2
+    (``tvm_fuse.lowering``) on the x86 machine of ``lanes`` fp32 lanes: its
+    ``tiling.Machine.prefetch_into_l1``. On Zen 5, chains of 512 -> 512 convs on 7x7 (F(2x2),
+    16.8 MB of weight points from memory per conv) ran in 0.93-0.95x the time with it (3
+    interleaved runs); 256 on 14x14, 128 on 28x28 and 64 on 56x56 in 0.98-1.00x; the 7x7 and
+    14x14 ones as AVX2 code (``-mcpu=znver3``) in 0.98-0.99x. Intel's AVX-512 cores prefetch into
+    L2 only (see ``tiling.machine_for``)."""
+    return tiling.machine_for(lanes).prefetch_into_l1
 
 
 def gemm_prefetch_distance(co_vectors: int, ci: int, lanes: int, chunk: int, tile_co: int):

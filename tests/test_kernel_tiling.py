@@ -177,14 +177,17 @@ def test_the_avx512_machine_depends_on_the_kind_of_core(
 ):
     """Intel: the L2 weight model, one register spilled; Zen 4 (512-bit FMAs split in two):
     8 lanes per pipe, the base model; Zen 5: 16 lanes, the model without a spill, the weight
-    slice kept within L2; Zen 5 and Intel: twice Zen 3's memory speed."""
+    slice kept within L2; Zen 5 and Intel: twice Zen 3's memory speed; Intel: the Winograd GEMM
+    prefetches into L2 only."""
     host_is(monkeypatch, amd, splits)
     machine = tiling.machine_for(16)
     assert (machine.l2_weight_model, machine.streaming_spill) == (model, spill)
     assert machine.fma_lanes == fma_lanes
     assert machine.weights_fit_l2 == machine.flat_streams == (amd and not splits)
     assert machine.memory_speed == memory_speed
+    assert machine.prefetch_into_l1 == amd
     assert not tiling.machine_for(8).l2_weight_model
+    assert tiling.machine_for(8).prefetch_into_l1
 
 
 def host_is(monkeypatch, amd: bool, splits: bool = False) -> None:

@@ -236,28 +236,46 @@ def test_tuned_configs_stay_correct(knobs, stride, rng):
         check_case(case, rng)
 
 
-@pytest.mark.parametrize("tile_co, slices_ahead", [(1, 1), (2, 4)])
-def test_the_gemm_prefetches_the_weight_slice_it_reads_next(tile_co, slices_ahead):
-    """Co chunks of two vectors (of four): with one-vector register tiles the slice read next
-    is the chunk's next vector (1 slice of Ci x VL ahead); with two-vector tiles, the next
-    point's, all four Co vectors ahead (``lowering``); into L1 as well (locality 3)."""
+def _gemm_prefetches(lanes: int, knobs: dict) -> tuple[list, str]:
+    """(index, locality) of each weight prefetch in the lowered TIR of a 16 -> 32 channel
+    F(4x4) kernel of ``lanes`` lanes with the template's ``knobs``, and that TIR."""
     case = Case(16, 32, hw=(13, 9), m=4)
     data, weight, bias, _ = make_inputs(np.random.default_rng(0), case)
-    spec = winograd_spec(data, weight, bias, None, case.padding, case.activation, 4, 8)
+    spec = winograd_spec(data, weight, bias, None, case.padding, case.activation, 4, lanes)
     holders = [te.placeholder(a.shape, name=n) for n, a in [("d", data), ("w", weight)]]
     args = winograd.workload_args(spec, *holders, te.placeholder(bias.shape, name="b"), None)
     task = autotvm.task.create(
         winograd.NAME, args=autotvm.task.serialize_args(args), target=host_target()
     )
-    knobs = dict(tile_p=3, tile_co=tile_co, block_rows=2, co_chunks=2, v_root=1)
     with lowering.lowering_context(), host_target():
         s, arg_bufs = task.instantiate(task.config_space.get(_flat_index(task.config_space, knobs)))
         text = str(tvm.lower(s, arg_bufs))
-    ahead = re.findall(r"T\.prefetch\(T\.address_of\(\w+\[(.*?)\]\), 0, 3, 1\)", text)
+    return re.findall(r"T\.prefetch\(T\.address_of\(\w+\[(.*?)\]\), 0, (\d), 1\)", text), text
+
+
+@pytest.mark.parametrize("tile_co, slices_ahead", [(1, 1), (2, 4)])
+def test_the_gemm_prefetches_the_weight_slice_it_reads_next(tile_co, slices_ahead):
+    """Co chunks of two vectors (of four): with one-vector register tiles the slice read next
+    is the chunk's next vector (1 slice of Ci x VL ahead); with two-vector tiles, the next
+    point's, all four Co vectors ahead (``lowering``); into L1 as well (locality 3)."""
+    knobs = dict(tile_p=3, tile_co=tile_co, block_rows=2, co_chunks=2, v_root=1)
+    ahead, text = _gemm_prefetches(8, knobs)
+    assert {locality for _, locality in ahead} == {"3"}
     # the tile's vectors are Ci x VL apart: their prefetches too, from the distance on
-    offsets = sorted(int(index.rpartition(" + ")[2]) for index in ahead)
-    vector = case.ci * 8
+    offsets = sorted(int(index.rpartition(" + ")[2]) for index, _ in ahead)
+    vector = 16 * 8  # Ci x VL
     assert offsets == [slices_ahead * vector + j * vector for j in range(tile_co)], text
+
+
+@pytest.mark.parametrize("amd, locality", [(False, "2"), (True, "3")], ids=["intel", "zen5"])
+def test_intel_avx512_prefetches_the_gemm_slice_into_l2_only(amd, locality, monkeypatch):
+    """16 lanes: an Intel host's GEMM prefetches its next weight slice into L2 only (locality
+    2), a Zen 5 host's into L1 as well (3): ``tiling.Machine.prefetch_into_l1``."""
+    monkeypatch.setattr(tiling, "host_is_amd", lambda: amd)
+    monkeypatch.setattr(tiling, "host_splits_avx512", lambda: False)
+    knobs = dict(tile_p=3, tile_co=1, block_rows=2, co_chunks=2, v_root=1)
+    ahead, text = _gemm_prefetches(16, knobs)
+    assert ahead and {loc for _, loc in ahead} == {locality}, text
 
 
 def _lowered_13x9(m, stride, co=24):

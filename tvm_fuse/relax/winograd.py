@@ -68,7 +68,7 @@ def schedule(sch, spec: KernelSpec, plan: winograd_tiling.Plan, blocks: dict, ou
     co_vectors, ci = spec.weight.shape[1], spec.weight.shape[2]
     ahead = winograd_tiling.gemm_prefetch_distance(co_vectors, ci, lanes, chunk, tile_co)
     if ahead is not None:
-        lowering.annotate(sch, rc, ahead, into_l1=winograd_tiling.GEMM_PREFETCH_INTO_L1)
+        lowering.annotate(sch, rc, ahead, into_l1=winograd_tiling.gemm_prefetches_into_l1(lanes))
 
     v, rows = blocks["wino_v"], blocks["wino_rows"]
     if not plan.v_root:
