@@ -25,7 +25,8 @@ accumulator, one store and one load per 28 FMAs (seen in the assembly), far less
 weight traffic it saves. That model picks 7 x 4 for l1/seed/l2 of the layer benchmark (5-6 %
 faster than the base model's 4 x 4 in an interleaved A/B) and leaves stem and the 1x1 layer,
 whose weights fit L1, alone (7 x 4 and 14 x 2 are 10-15 % slower there). Flat tiles keep the
-base model (7 x 4 is slower than the base choice on the 14x14 map). AVX2 does not use the model:
+base model (7 x 4 is slower than the base choice on the 14x14 map) unless the L2 weight model
+scores its own tile clearly higher (``SPILLING_FLAT_GAIN``: 7x7 maps). AVX2 does not use the model:
 on Zen 3 a tile streaming its weight slice from L2 still runs near the peak (l3, 295 KB a tile)
 while a tile one register over its 16 costs spills (7 x 2: 40 % slower than 6 x 2); what it
 needs is that the slice stays within L2 (:func:`weights_fit_l2`).
@@ -81,6 +82,15 @@ FLAT_GAIN = 0.075
 #: gain 7.1 %, measured 4 % slower than the Wo tile), and so do 1x1 convs, whose work per output
 #: is a ninth of a 3x3's (64->128 1x1 stride 2 at 28x28: flat 12 % slower than Wo tiles).
 AVX2_FLAT_GAIN = 0.05
+#: How much higher the L2 weight model must score its flat tile than the base model's choice
+#: (both scored by the L2 model) for a machine that scores flat tiles by the base model (Intel's
+#: AVX-512) to take it: that tile may spill a register, which the scores do not count. On an Intel
+#: Xeon (reported as ``rocketlake``) the 7 x 4 tile (score 1.13-1.15x: 49 pixels in 7 tiles against
+#: 5 x 4's 10 or 6 x 4's 9) ran ResNet-50's 7x7-output convs (1x1, 3x3 stride 2; Ci 512-2048) in
+#: 0.90-0.96x the time warm and 0.91-0.96x with their weights flushed, MobileNet-v2's 320 -> 1280
+#: and 960 -> 320 at 7x7 in 0.91-1.00x; on the 14x14 1x1 convs of ResNet-50 (score 1.05x over
+#: 6 x 4) it ran 1.01-1.03x as long (kernels alone, 9 interleaved rounds).
+SPILLING_FLAT_GAIN = 0.1
 #: Caches the weight models assume where the host's are unknown (Zen 3/4: 32 KiB L1d).
 DEFAULT_L1_BYTES = 32 * 1024
 DEFAULT_L2_BYTES = 512 * 1024
@@ -471,10 +481,21 @@ def choose_tiles(
     sets = fits_l1_sets(machine, pixel_stride)
     if ho > 1 and (ragged_co or flat_score > score * (1 + margin)):
         _, owb, ocb = best_tile(machine, ho * wo, co_vectors, compared, fits, fits_sets=sets)
+        if machine.l2_weight_model and not machine.flat_streams:
+            owb, ocb = _streaming_flat_tile(machine, ho * wo, co_vectors, (owb, ocb), streams, sets)
         return Tiles(owb=owb, ocb=ocb, icb=ci, flat=True)
     wo_streams = streams if machine.l2_weight_model else compared
     _, owb, ocb = best_tile(machine, wo, co_vectors, wo_streams, allowed=fits, fits_sets=sets)
     return Tiles(owb=owb, ocb=ocb, icb=ci)
+
+
+def _streaming_flat_tile(machine: Machine, pixels: int, co_vectors: int, base, streams, sets):
+    """(owb, ocb): the L2 weight model's flat tile (``streams``: :func:`weights_overflow_l1`)
+    where it scores ``SPILLING_FLAT_GAIN`` above the ``base`` tile by that model, else ``base``."""
+    score, owb, ocb = best_tile(machine, pixels, co_vectors, streams, fits_sets=sets)
+    base_cost = L2_WEIGHT_LOAD_COST if streams(base[1]) else 1
+    base_score = tile_score(machine, *base, pixels, base_cost)
+    return (owb, ocb) if score >= base_score * (1 + SPILLING_FLAT_GAIN) else base
 
 
 def tiles_for(spec) -> Tiles:

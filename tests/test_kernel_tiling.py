@@ -227,6 +227,33 @@ def test_avx2_tile_weights_stay_within_l2():
     assert tiling.choose_tiles(machine, wo=14, co_vectors=32, ci=256, ho=14, window=9).ocb == 4
 
 
+@pytest.mark.parametrize(
+    "hw, ci, co_vectors, stride, takes_l2_tile",
+    [
+        (7, 2048, 32, 1, True),  # 1x1 on 7x7: 49 pixels in 7 tiles of 7 x 4, a register spilled
+        (7, 1024, 128, 2, True),
+        (7, 160, 64, 1, False),  # its 4-vector slice (40 KB) fits L1: no weight streams
+        (14, 1024, 16, 1, False),  # 7 x 4 scores only 1.05x the base model's 6 x 4 here
+    ],
+)
+def test_intel_flat_tiles_take_the_l2_model_where_it_scores_clearly_higher(
+    hw, ci, co_vectors, stride, takes_l2_tile, monkeypatch
+):
+    """Intel AVX-512 scores flat tiles by the base model, but takes the L2 weight model's flat
+    tile (7 x 4 on these layers) where that model scores it ``SPILLING_FLAT_GAIN`` above the base
+    model's choice."""
+    host_is(monkeypatch, amd=False)
+    machine = dataclasses.replace(
+        tiling.machine_for(16), l1_bytes=48 * 1024, l1_ways=12, l2_bytes=2 * 1024 * 1024
+    )
+    layer = dict(wo=hw, co_vectors=co_vectors, ci=ci, ho=hw, pixel_stride=stride * ci * 4)
+    tiles = tiling.choose_tiles(machine, **layer)
+    base = tiling.choose_tiles(dataclasses.replace(machine, l2_weight_model=False), **layer)
+    assert tiles.flat and base.flat
+    assert (base.owb, base.ocb) != (7, 4)
+    assert (tiles.owb, tiles.ocb) == ((7, 4) if takes_l2_tile else (base.owb, base.ocb))
+
+
 def test_avx2_flat_margin_needs_the_output_in_l2():
     """6 x 2 at 56x56 (flat gains 7.1 %): flat while the 200 KB output fits L2, else Wo tiles."""
     layer = dict(wo=56, co_vectors=2, ci=24, ho=56, window=9)
@@ -251,7 +278,7 @@ LAYER_TILES = {
     ("seed", 16): (7, 4, 0, 64),
     ("l2", 16): (7, 4, 0, 128),
     ("l3", 16): (6, 4, 1, 256),
-    ("l4", 16): (5, 4, 1, 512),
+    ("l4", 16): (7, 4, 1, 512),  # the L2 weight model's flat tile: 49 pixels in 7 tiles
     ("down", 16): (4, 4, 0, 64),
     ("stem", "zen4"): (6, 4, 0, 3),
     ("l1", "zen4"): (4, 4, 0, 64),
