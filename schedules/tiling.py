@@ -87,10 +87,11 @@ AVX2_FLAT_GAIN = 0.05
 #: AVX-512) to take it: that tile may spill a register, which the scores do not count. On an Intel
 #: Xeon (reported as ``rocketlake``) the 7 x 4 tile (score 1.13-1.15x: 49 pixels in 7 tiles against
 #: 5 x 4's 10 or 6 x 4's 9) ran ResNet-50's 7x7-output convs (1x1, 3x3 stride 2; Ci 512-2048) in
-#: 0.90-0.96x the time warm and 0.91-0.96x with their weights flushed, MobileNet-v2's 320 -> 1280
-#: and 960 -> 320 at 7x7 in 0.91-1.00x; on the 14x14 1x1 convs of ResNet-50 (score 1.05x over
-#: 6 x 4) it ran 1.01-1.03x as long (kernels alone, 9 interleaved rounds). The rule also gives
-#: ResNet-50's 256 -> 1024 at 14x14 14 x 2 (its 2-vector slice fits L1; score 1.12x): 0.97x.
+#: 0.90-0.96x the time warm and 0.91-0.96x with their weights flushed; on the 14x14 1x1 convs of
+#: ResNet-50 (score 1.05x over 6 x 4) it ran 1.01-1.03x as long (kernels alone, 9 interleaved
+#: rounds). Where the L2 model's best tile holds its weight slice in L1, the rule takes that one:
+#: 14 x 2 on ResNet-50's 256 -> 1024 at 14x14 (score 1.12x) ran in 0.97x the time, 10 x 2 on
+#: MobileNet-v2's 320 -> 1280 at 7x7 in 0.91-0.94x (its 960 -> 320, 7 x 4: 0.92-0.99x).
 #: Within whole runs ResNet-50's 7x7-output convs took 0.85-0.93x the time, the model 0.965x.
 SPILLING_FLAT_GAIN = 0.1
 #: Caches the weight models assume where the host's are unknown (Zen 3/4: 32 KiB L1d).
