@@ -154,9 +154,9 @@ def conv_kind(row: dict) -> str:
     on both sides."""
     if row["ratio"] is None:
         return "other"
-    algorithms = row["algorithms"]
-    if "winograd" in algorithms or "depthwise" in algorithms:
-        return "winograd" if "winograd" in algorithms else "depthwise"
+    for kind in ("winograd", "depthwise"):
+        if kind in row["algorithms"]:
+            return kind
     window = row["label"].split("/", 1)[0]
     return window if window == "1x1" else f"direct {window}"
 
