@@ -378,19 +378,20 @@ def best_tile(
     allowed=lambda ocb: True,
     held=min,
     fits_sets=lambda owb, ocb: True,
+    spill: int = 0,
 ) -> tuple[float, int, int]:
     """(score, owb, ocb) of the best register tile along a pixel axis of length ``pixels``.
 
     ``streams(ocb)``: whether a tile of ``ocb`` vectors streams its weights from L2 (the L2
     weight model); such a tile pays ``L2_WEIGHT_LOAD_COST`` per weight load and may spill
-    ``machine.streaming_spill`` registers. ``allowed(ocb)``: the vector counts to consider;
-    ``held`` and ``fits_sets``: as for :func:`register_tiles`."""
+    ``machine.streaming_spill`` registers (any tile ``spill``). ``allowed(ocb)``: the vector
+    counts to consider; ``held`` and ``fits_sets``: as for :func:`register_tiles`."""
 
     def score(owb, ocb):
         return tile_score(machine, owb, ocb, pixels, L2_WEIGHT_LOAD_COST if streams(ocb) else 1)
 
     def spills(ocb):
-        return machine.streaming_spill if streams(ocb) else 0
+        return max(spill, machine.streaming_spill if streams(ocb) else 0)
 
     tiles = register_tiles(machine, pixels, co_vectors, spills, allowed, held, fits_sets)
     return max((score(owb, ocb), owb, ocb) for owb, ocb in tiles)

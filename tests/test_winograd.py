@@ -10,6 +10,7 @@ short of the padded map), without a cross product. The error bound is relative t
 these cases: F(2x2) <= 6e-7, F(4x4) <= 6e-6).
 """
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -357,6 +358,53 @@ def test_plan_splits_rows_where_co_gives_fewer_chunks_than_cores():
     (which left a core idle: 1.5x the direct kernel's time, stride-2 F(4x4) on znver5)."""
     plan = winograd_tiling.choose_plan(16, nh=7, nw=7, co_vectors=4, cores=2)
     assert plan.co_chunks == 1 and -(-7 // plan.block_rows) >= 2 and plan.v_root == 0
+
+
+@pytest.mark.parametrize("core, tile", [("intel", (7, 4)), ("zen5", (5, 4))])
+def test_intel_avx512_gemm_tiles_may_spill_a_register(core, tile, monkeypatch):
+    """49 tiles (a 7x7 grid) with Co chunks of 8 vectors: Intel's AVX-512 takes 7 x 4 (33
+    registers: one spilled, no tile wasted), Zen 5 5 x 4 (25 registers, one tile in 50 wasted)."""
+    monkeypatch.setattr(tiling, "host_is_amd", lambda: core != "intel")
+    monkeypatch.setattr(tiling, "host_splits_avx512", lambda: False)
+    plan = winograd_tiling.choose_plan(16, nh=7, nw=7, co_vectors=16, cores=2)
+    assert (plan.tile_p, plan.tile_co, plan.co_chunks) == (*tile, 2)
+
+
+def _machine_with_l2(monkeypatch, l2_bytes: int) -> None:
+    base = tiling.machine_for
+    monkeypatch.setattr(
+        tiling, "machine_for", lambda lanes: dataclasses.replace(base(lanes), l2_bytes=l2_bytes)
+    )
+
+
+def test_a_block_whose_weight_overflows_l2_takes_its_tiles_in_one_pass(monkeypatch):
+    """7x7x512 F(2x2) on 2 cores: 16 tiles a block, 8.4 MB of weight points per core. With a
+    2 MiB L2 one register tile holds all 16 tiles (x 1 vector: 18 of 32 registers); a weight that
+    fits keeps the model's 4 x 4; 16 ymm registers hold no 16-tile tile: AVX2 keeps its tile."""
+    monkeypatch.setattr(tiling, "host_is_amd", lambda: False)
+    monkeypatch.setattr(tiling, "host_splits_avx512", lambda: False)
+    _machine_with_l2(monkeypatch, 2 * 1024 * 1024)
+    weight_bytes = 16 * 512 * 512 * 4
+    streamed = winograd_tiling.choose_plan(16, 4, 4, 32, 2, weight_bytes=weight_bytes)
+    assert (streamed.tile_p, streamed.tile_co, streamed.block_rows) == (16, 1, 4)
+    cached = winograd_tiling.choose_plan(16, 4, 4, 32, 2, weight_bytes=2 * 1024 * 1024)
+    assert (cached.tile_p, cached.tile_co) == (4, 4)
+    avx2 = winograd_tiling.choose_plan(8, 4, 4, 64, 2, weight_bytes=weight_bytes)
+    assert avx2 == winograd_tiling.choose_plan(8, 4, 4, 64, 2) and avx2.tile_p < 16
+
+
+def test_the_one_pass_tile_computes_the_same_conv(monkeypatch, rng):
+    """A 7x7 F(2x2) conv whose weight overflows a (pretended) 1 KiB L2: the fallback config
+    takes the one-pass tile (16 tiles x 1 vector) and matches the float64 reference."""
+    monkeypatch.setattr(tiling, "host_is_amd", lambda: False)
+    monkeypatch.setattr(tiling, "host_splits_avx512", lambda: False)
+    _machine_with_l2(monkeypatch, 1024)
+    case = Case(32, 128, lanes=16, residual=True)
+    data, weight, bias, residual = make_inputs(rng, case)
+    spec = winograd_spec(data, weight, bias, residual, case.padding, case.activation, 2, 16)
+    plan = winograd_tiling.plan_for_spec(spec)
+    assert (plan.tile_p, plan.tile_co) == (16, 1)
+    check_case(case, rng)
 
 
 @pytest.mark.parametrize(
