@@ -66,9 +66,10 @@ def gemm_spill(machine: tiling.Machine) -> int:
     machine has the L2 weight model (Intel's AVX-512 spills one, Zen 5 none), else none. On an
     Intel Xeon (reported as ``rocketlake``) 7 x 4 tiles (28 accumulators, 4 weight vectors and a
     broadcast: one register spilled) in place of 5 x 4 ran the 49-tile blocks of ResNet-50's
-    F(2x2) 14x14x256 and F(4x4) 28x28x128 convs in 0.908x and 0.934x the time within whole runs
-    (11 rounds; the same build timed twice: 1.006x), 0.938x and 0.932x alone with their weights
-    flushed; the 14-tile blocks of its 56x56x64 F(4x4) convs alike (1.003x)."""
+    F(2x2) 14x14x256 and F(4x4) 28x28x128 convs in 0.908-0.927x and 0.934-0.963x the time
+    within whole runs (three processes of 7-11 rounds; the same build timed twice: 0.96-1.04x per
+    conv), 0.938x and 0.932x alone with their weights flushed; the 14-tile blocks of its 56x56x64
+    F(4x4) convs alike (1.003x flushed, 0.978-1.016x within runs)."""
     return machine.streaming_spill if machine.l2_weight_model else 0
 
 
@@ -78,24 +79,27 @@ def choose_plan(
     """The model's plan for an ``nh x nw`` grid of tiles and ``co_vectors`` Co vectors, the
     transformed weight being ``weight_bytes`` in all (0: small, never streamed from memory)."""
     machine = tiling.machine_for(lanes)
+    plan = _blocks_and_tile(machine, nh, nw, co_vectors, cores)
+    return _in_one_pass(machine, plan, nw, co_vectors, weight_bytes)
+
+
+def _blocks_and_tile(machine: tiling.Machine, nh: int, nw: int, co_vectors: int, cores: int):
+    """The parallel blocks (the module's docstring) and the best register tile for them."""
     wanted = BLOCKS_PER_CORE * cores
     best_tile = functools.partial(tiling.best_tile, held=_held, spill=gemm_spill(machine))
     if nh >= wanted:
         _, tile_p, tile_co = best_tile(machine, nw, co_vectors)
-        plan = Plan(tile_p, tile_co, block_rows=1, co_chunks=1, v_root=0)
-        return _in_one_pass(machine, plan, nw, co_vectors, weight_bytes)
+        return Plan(tile_p, tile_co, block_rows=1, co_chunks=1, v_root=0)
     _, tile_p, tile_co = best_tile(machine, nh * nw, co_vectors)
     chunks = [d for d in range(1, co_vectors // tile_co + 1) if co_vectors % (d * tile_co) == 0]
     if cores in chunks:  # a Co chunk per core, each transforming the whole input itself
-        plan = Plan(tile_p, tile_co, block_rows=nh, co_chunks=cores, v_root=0)
-        return _in_one_pass(machine, plan, nw, co_vectors, weight_bytes)
+        return Plan(tile_p, tile_co, block_rows=nh, co_chunks=cores, v_root=0)
     co_chunks = min((d for d in chunks if d >= wanted), default=chunks[-1])
     block_rows = nh
     if co_chunks < cores:  # too few Co chunks to keep every core busy: split the rows too
         block_rows = -(-nh // min(nh, -(-wanted // co_chunks)))
         _, tile_p, tile_co = best_tile(machine, block_rows * nw, co_vectors)
-    plan = Plan(tile_p, tile_co, block_rows, co_chunks, v_root=int(co_chunks > 1))
-    return _in_one_pass(machine, plan, nw, co_vectors, weight_bytes)
+    return Plan(tile_p, tile_co, block_rows, co_chunks, v_root=int(co_chunks > 1))
 
 
 def _in_one_pass(machine: tiling.Machine, plan: Plan, nw: int, co_vectors: int, weight_bytes: int):
@@ -105,9 +109,9 @@ def _in_one_pass(machine: tiling.Machine, plan: Plan, nw: int, co_vectors: int, 
     than a slice from memory in its first pass and again from cache in the others, with the
     memory idle meanwhile. On an Intel Xeon (reported as ``rocketlake``) 16 x 1 in place of 4 x 4
     ran the 16-tile blocks of ResNet-50's F(2x2) 7x7x512 convs (8.4 MB of weight points per
-    core) in 0.846-0.861x the time within whole runs (11 rounds; the same build timed twice:
-    0.974x), 0.887-0.903x alone with their weights flushed and 0.903x warm; 8 x 2 (two passes)
-    0.935x flushed."""
+    core) in 0.861x, 0.864x and 0.956x the time within whole runs (three processes of 7-11
+    rounds; the same build timed twice: 0.96-1.04x), 0.887-0.903x alone with their weights
+    flushed and 0.903x warm; 8 x 2 (two passes) 0.935x flushed."""
     tiles, chunk = plan.block_rows * nw, co_vectors // plan.co_chunks
     if weight_bytes // plan.co_chunks <= machine.l2_bytes:
         return plan
