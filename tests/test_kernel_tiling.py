@@ -196,6 +196,14 @@ def host_is(monkeypatch, amd: bool, splits: bool = False) -> None:
     monkeypatch.setattr(tiling, "host_splits_avx512", lambda: splits)
 
 
+def machine_has(monkeypatch, **facts) -> None:
+    """Make the tile model's machine (``tiling.machine_for``) have these ``Machine`` facts."""
+    base = tiling.machine_for
+    monkeypatch.setattr(
+        tiling, "machine_for", lambda lanes: dataclasses.replace(base(lanes), **facts)
+    )
+
+
 def test_a_zen4_host_is_told_by_its_cpu_family(monkeypatch):
     tiling.host_splits_avx512.cache_clear()
     monkeypatch.setattr(tiling, "host_is_amd", lambda: True)
@@ -316,10 +324,7 @@ def test_template_fallback_is_the_tile_model_for_the_benchmark_layers(layer, col
     host_is(monkeypatch, amd, splits)
     monkeypatch.setattr(tiling, "host_l2_bytes", lambda: caches["l2_bytes"])
     lanes = 16 if isinstance(column, str) else column
-    base_machine = tiling.machine_for
-    monkeypatch.setattr(
-        tiling, "machine_for", lambda vl: dataclasses.replace(base_machine(vl), **caches)
-    )
+    machine_has(monkeypatch, **caches)
     layer = bench_layers.LAYERS[layer]
     spec = KernelSpec.conv(
         (1, layer.hw, layer.hw, layer.cin),

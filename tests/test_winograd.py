@@ -10,7 +10,6 @@ short of the padded map), without a cross product. The error bound is relative t
 these cases: F(2x2) <= 6e-7, F(4x4) <= 6e-6).
 """
 
-import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -18,6 +17,7 @@ import numpy as np
 import pytest
 import tvm
 from test_kernel import host_target, reference
+from test_kernel_tiling import host_is, machine_has
 from tvm import autotvm, relay, te
 
 from tvm_fuse import lowering, testing
@@ -272,8 +272,7 @@ def test_the_gemm_prefetches_the_weight_slice_it_reads_next(tile_co, slices_ahea
 def test_intel_avx512_prefetches_the_gemm_slice_into_l2_only(amd, locality, monkeypatch):
     """16 lanes: an Intel host's GEMM prefetches its next weight slice into L2 only (locality
     2), a Zen 5 host's into L1 as well (3): ``tiling.Machine.prefetch_into_l1``."""
-    monkeypatch.setattr(tiling, "host_is_amd", lambda: amd)
-    monkeypatch.setattr(tiling, "host_splits_avx512", lambda: False)
+    host_is(monkeypatch, amd)
     knobs = dict(tile_p=3, tile_co=1, block_rows=2, co_chunks=2, v_root=1)
     ahead, text = _gemm_prefetches(16, knobs)
     assert ahead and {loc for _, loc in ahead} == {locality}, text
@@ -364,26 +363,17 @@ def test_plan_splits_rows_where_co_gives_fewer_chunks_than_cores():
 def test_intel_avx512_gemm_tiles_may_spill_a_register(core, tile, monkeypatch):
     """49 tiles (a 7x7 grid) with Co chunks of 8 vectors: Intel's AVX-512 takes 7 x 4 (33
     registers: one spilled, no tile wasted), Zen 5 5 x 4 (25 registers, one tile in 50 wasted)."""
-    monkeypatch.setattr(tiling, "host_is_amd", lambda: core != "intel")
-    monkeypatch.setattr(tiling, "host_splits_avx512", lambda: False)
+    host_is(monkeypatch, core != "intel")
     plan = winograd_tiling.choose_plan(16, nh=7, nw=7, co_vectors=16, cores=2)
     assert (plan.tile_p, plan.tile_co, plan.co_chunks) == (*tile, 2)
-
-
-def _machine_with_l2(monkeypatch, l2_bytes: int) -> None:
-    base = tiling.machine_for
-    monkeypatch.setattr(
-        tiling, "machine_for", lambda lanes: dataclasses.replace(base(lanes), l2_bytes=l2_bytes)
-    )
 
 
 def test_a_block_whose_weight_overflows_l2_takes_its_tiles_in_one_pass(monkeypatch):
     """7x7x512 F(2x2) on 2 cores: 16 tiles a block, 8.4 MB of weight points per core. With a
     2 MiB L2 one register tile holds all 16 tiles (x 1 vector: 18 of 32 registers); a weight that
     fits keeps the model's 4 x 4; 16 ymm registers hold no 16-tile tile: AVX2 keeps its tile."""
-    monkeypatch.setattr(tiling, "host_is_amd", lambda: False)
-    monkeypatch.setattr(tiling, "host_splits_avx512", lambda: False)
-    _machine_with_l2(monkeypatch, 2 * 1024 * 1024)
+    host_is(monkeypatch, amd=False)
+    machine_has(monkeypatch, l2_bytes=2 * 1024 * 1024)
     weight_bytes = 16 * 512 * 512 * 4
     streamed = winograd_tiling.choose_plan(16, 4, 4, 32, 2, weight_bytes=weight_bytes)
     assert (streamed.tile_p, streamed.tile_co, streamed.block_rows) == (16, 1, 4)
@@ -396,9 +386,8 @@ def test_a_block_whose_weight_overflows_l2_takes_its_tiles_in_one_pass(monkeypat
 def test_the_one_pass_tile_computes_the_same_conv(monkeypatch, rng):
     """A 7x7 F(2x2) conv whose weight overflows a (pretended) 1 KiB L2: the fallback config
     takes the one-pass tile (16 tiles x 1 vector) and matches the float64 reference."""
-    monkeypatch.setattr(tiling, "host_is_amd", lambda: False)
-    monkeypatch.setattr(tiling, "host_splits_avx512", lambda: False)
-    _machine_with_l2(monkeypatch, 1024)
+    host_is(monkeypatch, amd=False)
+    machine_has(monkeypatch, l2_bytes=1024)
     case = Case(32, 128, lanes=16, residual=True)
     data, weight, bias, residual = make_inputs(rng, case)
     spec = winograd_spec(data, weight, bias, residual, case.padding, case.activation, 2, 16)
@@ -424,8 +413,7 @@ def test_the_one_pass_tile_computes_the_same_conv(monkeypatch, rng):
     ],
 )
 def test_cost_model_choices_at_stride_2(hw, ci, co, lanes, core, want, monkeypatch):
-    monkeypatch.setattr(tiling, "host_is_amd", lambda: core != "intel")
-    monkeypatch.setattr(tiling, "host_splits_avx512", lambda: core == "zen4")
+    host_is(monkeypatch, core != "intel", core == "zen4")
     assert winograd_tiling.choose_winograd_tile(1, hw, hw, ci, co, lanes, stride=2) == want
 
 
@@ -445,8 +433,7 @@ def test_cost_model_choices_at_stride_2(hw, ci, co, lanes, core, want, monkeypat
     ],
 )
 def test_cost_model_choices_on_resnet_shapes(hw, channels, lanes, core, want, monkeypatch):
-    monkeypatch.setattr(tiling, "host_is_amd", lambda: core != "intel")
-    monkeypatch.setattr(tiling, "host_splits_avx512", lambda: core == "zen4")
+    host_is(monkeypatch, core != "intel", core == "zen4")
     got = winograd_tiling.choose_winograd_tile(1, hw, hw, channels, channels, lanes)
     assert got == want
 
