@@ -383,16 +383,36 @@ def test_a_block_whose_weight_overflows_l2_takes_its_tiles_in_one_pass(monkeypat
     assert avx2 == winograd_tiling.choose_plan(8, 4, 4, 64, 2) and avx2.tile_p < 16
 
 
-def test_the_one_pass_tile_computes_the_same_conv(monkeypatch, rng):
-    """A 7x7 F(2x2) conv whose weight overflows a (pretended) 1 KiB L2: the fallback config
-    takes the one-pass tile (16 tiles x 1 vector) and matches the float64 reference."""
+@pytest.mark.parametrize(
+    "case, tile",
+    [
+        (Case(32, 128, lanes=16, residual=True), (16, 1)),
+        # batch 2, Co padded to 8 vectors, asymmetric padding: 4 x 4 tiles a block, 1 vector
+        (
+            Case(
+                17, 120, hw=(7, 8), batch=2, padding=(2, 1, 0, 1), residual=True, lanes=16,
+                activation="leaky_relu",
+            ),
+            (16, 1),
+        ),
+        # stride 2, batch 2: blocks of 2 tile rows (4 tiles), 4 vectors fit beside them
+        (Case(16, 128, hw=(8, 8), batch=2, lanes=16, stride=2), (4, 4)),
+    ],
+    ids=["map7", "batch2_co120_asym", "s2_batch2"],
+)
+def test_the_one_pass_tile_computes_the_same_conv(case, tile, monkeypatch, rng):
+    """F(2x2) convs whose weight overflows a (pretended) 1 KiB L2: the fallback config takes
+    the one-pass tile (all of a block's tiles) and matches the float64 reference."""
     host_is(monkeypatch, amd=False)
     machine_has(monkeypatch, l2_bytes=1024)
-    case = Case(32, 128, lanes=16, residual=True)
     data, weight, bias, residual = make_inputs(rng, case)
-    spec = winograd_spec(data, weight, bias, residual, case.padding, case.activation, 2, 16)
+    spec = winograd_spec(
+        data, weight, bias, residual, case.padding, case.activation, case.m, case.lanes,
+        case.stride,
+    )
     plan = winograd_tiling.plan_for_spec(spec)
-    assert (plan.tile_p, plan.tile_co) == (16, 1)
+    assert (plan.tile_p, plan.tile_co) == tile
+    assert plan.tile_p == plan.block_rows * winograd_tiling.tile_grid(spec)[1]
     check_case(case, rng)
 
 
